@@ -1,0 +1,138 @@
+#pragma once
+// Errors. Misuse (bad shapes, NaN where forbidden, out-of-range parameters, malformed files) is reported
+// through MOECOMP_EXPECTS / MOECOMP_FAIL; numerical outcomes (no convergence, infeasible) are never
+// errors: they come back in result structs (see status.hpp).
+//
+// Overridable, as Eigen's and xtensor's asserts are:
+//  * MOECOMP_THROW(kind, message): define before including moecomp to replace the throw; `kind` is one of
+//    the error_kind enumerators, `message` a std::string.
+//  * Without exceptions (-fno-exceptions or MOECOMP_NO_EXCEPTIONS), the default prints
+//    "moecomp: <kind>: <message>" on stderr and calls std::abort(). Define MOECOMP_ERROR_HANDLER(kind,
+//    message) (a function-call-like expression) to route it elsewhere; it should not return, and if it
+//    does, std::abort() follows.
+#include <moecomp/core/config.hpp>
+
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#if defined(MOECOMP_NO_EXCEPTIONS)
+#include <cstdio>
+#include <cstdlib>
+#endif
+
+MOECOMP_NAMESPACE_BEGIN
+
+enum class error_kind {
+  invalid_argument,  // the caller passed something the function cannot accept
+  io_error,          // a file could not be opened, read, written, or is malformed
+  cuda_error,        // a CUDA runtime or cuBLAS call failed
+  logic_error        // an internal invariant broke: a moecomp bug
+};
+
+inline const char* to_string(error_kind kind) noexcept {
+  switch (kind) {
+    case error_kind::invalid_argument: return "invalid argument";
+    case error_kind::io_error: return "I/O error";
+    case error_kind::cuda_error: return "CUDA error";
+    case error_kind::logic_error: return "internal error";
+  }
+  return "error";
+}
+
+/// Base of every exception moecomp throws; `kind()` tells which family it is.
+class error : public std::runtime_error {
+ public:
+  error(error_kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  error_kind kind() const noexcept { return kind_; }
+
+ private:
+  error_kind kind_;
+};
+
+/// Thrown for bad arguments: the message names the argument and the expected and actual value or shape.
+class invalid_argument : public error {
+ public:
+  explicit invalid_argument(const std::string& message) : error(error_kind::invalid_argument, message) {}
+};
+
+/// Thrown for files that cannot be read or written, or whose content is malformed.
+class io_error : public error {
+ public:
+  explicit io_error(const std::string& message) : error(error_kind::io_error, message) {}
+};
+
+/// Thrown when a CUDA or cuBLAS call fails (only from the *.cuh device headers).
+class cuda_error : public error {
+ public:
+  explicit cuda_error(const std::string& message) : error(error_kind::cuda_error, message) {}
+};
+
+/// Thrown when an internal invariant is broken: please report it.
+class logic_error : public error {
+ public:
+  explicit logic_error(const std::string& message) : error(error_kind::logic_error, message) {}
+};
+
+namespace detail {
+
+/// Concatenates its arguments with operator<< into one message.
+template <class... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+#if !defined(MOECOMP_NO_EXCEPTIONS)
+[[noreturn]] inline void throw_error(error_kind kind, const std::string& message) {
+  switch (kind) {
+    case error_kind::invalid_argument: throw invalid_argument(message);
+    case error_kind::io_error: throw io_error(message);
+    case error_kind::cuda_error: throw cuda_error(message);
+    case error_kind::logic_error: break;
+  }
+  throw logic_error(message);
+}
+#else
+[[noreturn]] inline void abort_with(error_kind kind, const std::string& message) {
+  std::fprintf(stderr, "moecomp: %s: %s\n", to_string(kind), message.c_str());
+  std::abort();
+}
+#endif
+
+}  // namespace detail
+
+MOECOMP_NAMESPACE_END
+
+#if !defined(MOECOMP_THROW)
+#if !defined(MOECOMP_NO_EXCEPTIONS)
+#define MOECOMP_THROW(kind, message) ::moecomp::detail::throw_error((kind), (message))
+#elif defined(MOECOMP_ERROR_HANDLER)
+// A handler that returns anyway gets std::abort(): no code runs on past a failed check, and the compiler
+// knows MOECOMP_FAIL does not return (no -Wreturn-type in functions that end with it).
+#define MOECOMP_THROW(kind, message) (MOECOMP_ERROR_HANDLER((kind), (message)), ::std::abort())
+#else
+#define MOECOMP_THROW(kind, message) ::moecomp::detail::abort_with((kind), (message))
+#endif
+#endif
+
+/// Fails with `kind` and a message built from the remaining arguments (streamed with <<).
+#define MOECOMP_FAIL(kind, ...) MOECOMP_THROW((kind), ::moecomp::detail::concat(__VA_ARGS__))
+
+/// Checks a precondition on the caller's input: MOECOMP_EXPECTS(x.cols() == y.cols(), "pairwise_distances: "
+/// "y must have ", x.cols(), " columns like x, got ", y.cols()). The message is built only on failure.
+#define MOECOMP_EXPECTS(condition, ...)                                                          \
+  do {                                                                                           \
+    if (MOECOMP_UNLIKELY(!(condition)))                                                          \
+      MOECOMP_THROW(::moecomp::error_kind::invalid_argument, ::moecomp::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+/// Checks an internal invariant (a failure is a moecomp bug, reported as logic_error).
+#define MOECOMP_ENSURES(condition, ...)                                                      \
+  do {                                                                                       \
+    if (MOECOMP_UNLIKELY(!(condition)))                                                      \
+      MOECOMP_THROW(::moecomp::error_kind::logic_error, ::moecomp::detail::concat(__VA_ARGS__)); \
+  } while (0)

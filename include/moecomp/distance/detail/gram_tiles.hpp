@@ -1,0 +1,74 @@
+#pragma once
+// The GEMM engine behind the pairwise distances: the Gram matrix A B^T computed tile by tile, each tile
+// handed to an epilogue while it is hot in cache. For A against itself only the upper-triangular tiles
+// are computed (half the flops). Tiles run in parallel with OpenMP when it is enabled; each tile's GEMM is
+// Eigen's single-threaded kernel, so the result does not depend on the thread count.
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/views.hpp>
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace distance {
+namespace detail {
+
+template <class T>
+using row_major_map = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                                 Eigen::OuterStride<>>;
+template <class T>
+using row_major_tile = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+/// Tile edge: large enough for Eigen's kernel to run near its peak, small enough that the diagonal tiles'
+/// wasted half stays a few percent for n in the thousands.
+inline constexpr index_t gram_tile_size = 256;
+
+/// Calls epilogue(row0, col0, tile) for every tile of G = A B^T, where `tile` is a contiguous
+/// matrix_view<const T> of G(row0 : row0 + r, col0 : col0 + c). With `upper_only` (A and B the same
+/// matrix) only tiles with col0 >= row0 are visited. A and B must have the same number of columns.
+template <class T, class Epilogue>
+void for_each_gram_tile(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b, bool upper_only,
+                        Epilogue&& epilogue) {
+  const index_t n = a.rows(), m = b.rows(), d = a.cols();
+  const index_t tile = gram_tile_size;
+  const index_t row_tiles = (n + tile - 1) / tile, col_tiles = (m + tile - 1) / tile;
+  std::vector<std::pair<index_t, index_t>> work;
+  work.reserve(static_cast<std::size_t>(row_tiles * col_tiles));
+  for (index_t ti = 0; ti < row_tiles; ++ti)
+    for (index_t tj = upper_only ? ti : 0; tj < col_tiles; ++tj) work.emplace_back(ti * tile, tj * tile);
+  const auto count = static_cast<std::ptrdiff_t>(work.size());
+  const int threads = static_cast<int>(std::min<std::ptrdiff_t>(ctx.threads(), std::max<std::ptrdiff_t>(count, 1)));
+
+  auto run_range = [&](T* scratch, std::ptrdiff_t k) {
+    const index_t row0 = work[static_cast<std::size_t>(k)].first, col0 = work[static_cast<std::size_t>(k)].second;
+    const index_t r = std::min(tile, n - row0), c = std::min(tile, m - col0);
+    row_major_tile<T> g(scratch, r, c);
+    if (d == 0) {
+      g.setZero();
+    } else {
+      row_major_map<T> a_block(a.row_ptr(row0), r, d, Eigen::OuterStride<>(a.row_stride()));
+      row_major_map<T> b_block(b.row_ptr(col0), c, d, Eigen::OuterStride<>(b.row_stride()));
+      g.noalias() = a_block * b_block.transpose();
+    }
+    epilogue(row0, col0, matrix_view<const T>(scratch, r, c, c));
+  };
+
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    moecomp::detail::host_workspace<T> scratch(ctx, static_cast<std::size_t>(tile * tile));
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t k = 0; k < count; ++k) run_range(scratch.data(), k);
+  }
+#else
+  (void)threads;
+  moecomp::detail::host_workspace<T> scratch(ctx, static_cast<std::size_t>(tile * tile));
+  for (std::ptrdiff_t k = 0; k < count; ++k) run_range(scratch.data(), k);
+#endif
+}
+
+}  // namespace detail
+}  // namespace distance
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,186 @@
+#pragma once
+// Host implementation of the pairwise distances. Every metric is reduced to squared Euclidean distance
+// between preprocessed rows a_i = (x_i - o_i - mu) * s_i:
+//   euclidean, sqeuclidean: o_i = 0, s_i = 1, mu = column mean (translation invariance; shrinks the
+//                           norms the Gram form subtracts, and with them its cancellation error)
+//   cosine:                 o_i = 0, s_i = 1 / ||x_i||, so 1 - cos = ||a_i - a_j||^2 / 2
+//   correlation:            o_i = mean(x_i), s_i = 1 / ||x_i - o_i||, then as cosine
+// then ||a_i - b_j||^2 = ||a_i||^2 + ||b_j||^2 - 2 a_i.b_j with the Gram matrix from a tiled GEMM, and
+// pairs where that form cancels are recomputed directly from x in double.
+#include <moecomp/core/context.hpp>
+#include <moecomp/distance/detail/gram_tiles.hpp>
+#include <moecomp/distance/distance_types.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <limits>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace distance {
+namespace detail {
+
+template <class T>
+double default_cancellation_threshold() noexcept {
+  return std::is_same_v<T, float> ? 1.0 / 16 : 1.0 / 1024;
+}
+
+/// Preprocessed rows of one input: a (rows x d, contiguous), ||a_i||^2, and the (o_i, s_i) that map x_i
+/// to a_i without the column shift (used by the direct recomputation).
+template <class T>
+struct prepared_rows {
+  prepared_rows(const host_context& ctx, index_t rows, index_t cols)
+      : values(ctx, static_cast<std::size_t>(rows * cols)),
+        norm2(ctx, static_cast<std::size_t>(rows)),
+        offset(ctx, static_cast<std::size_t>(rows)),
+        scale(ctx, static_cast<std::size_t>(rows)),
+        rows_(rows),
+        cols_(cols) {}
+  matrix_view<const T> view() const { return {values.data(), rows_, cols_, cols_}; }
+
+  moecomp::detail::host_workspace<T> values;
+  moecomp::detail::host_workspace<double> norm2;
+  moecomp::detail::host_workspace<double> offset;
+  moecomp::detail::host_workspace<double> scale;
+  index_t rows_, cols_;
+};
+
+/// Column mean of x (and of y, if given, as one set): the shift for the Euclidean metrics.
+template <class T>
+void column_mean(matrix_view<const T> x, const matrix_view<const T>* y, double* mean) {
+  const index_t d = x.cols();
+  for (index_t k = 0; k < d; ++k) mean[k] = 0.0;
+  index_t total = 0;
+  auto accumulate = [&](matrix_view<const T> v) {
+    for (index_t i = 0; i < v.rows(); ++i) {
+      const T* row = v.row_ptr(i);
+      for (index_t k = 0; k < d; ++k) mean[k] += static_cast<double>(row[k]);
+    }
+    total += v.rows();
+  };
+  accumulate(x);
+  if (y) accumulate(*y);
+  if (total > 0)
+    for (index_t k = 0; k < d; ++k) mean[k] /= static_cast<double>(total);
+}
+
+template <class T>
+void prepare(const host_context& ctx, metric m, matrix_view<const T> x, const double* shift, prepared_rows<T>& out) {
+  const index_t n = x.rows(), d = x.cols();
+  const bool normalise = (m == metric::cosine || m == metric::correlation);
+  const int threads = ctx.threads();
+  (void)threads;
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(threads) if (threads > 1 && n * d > 65536) schedule(static)
+#endif
+  for (index_t i = 0; i < n; ++i) {
+    const T* row = x.row_ptr(i);
+    double offset = 0.0, scale = 1.0;
+    if (m == metric::correlation) {
+      for (index_t k = 0; k < d; ++k) offset += static_cast<double>(row[k]);
+      offset = d > 0 ? offset / static_cast<double>(d) : 0.0;
+    }
+    if (normalise) {
+      double sum = 0.0;
+      for (index_t k = 0; k < d; ++k) {
+        const double v = static_cast<double>(row[k]) - offset;
+        sum += v * v;
+      }
+      // scipy gives NaN for a zero (cosine) or constant (correlation) row: so do we, through a NaN scale
+      scale = sum > 0.0 ? 1.0 / std::sqrt(sum) : std::numeric_limits<double>::quiet_NaN();
+    }
+    T* a = out.values.data() + i * d;
+    double norm2 = 0.0;
+    for (index_t k = 0; k < d; ++k) {
+      const double shifted = static_cast<double>(row[k]) - offset - (shift ? shift[k] : 0.0);
+      a[k] = static_cast<T>(shifted * scale);
+      norm2 += static_cast<double>(a[k]) * static_cast<double>(a[k]);
+    }
+    out.norm2[static_cast<std::size_t>(i)] = norm2;
+    out.offset[static_cast<std::size_t>(i)] = offset;
+    out.scale[static_cast<std::size_t>(i)] = scale;
+  }
+}
+
+/// ||(x_i - o_i) s_i - (y_j - o_j) s_j||^2 in double, straight from the input rows.
+template <class T>
+double direct_squared_distance(const T* x, double ox, double sx, const T* y, double oy, double sy, index_t d) {
+  double sum = 0.0;
+  for (index_t k = 0; k < d; ++k) {
+    const double diff = (static_cast<double>(x[k]) - ox) * sx - (static_cast<double>(y[k]) - oy) * sy;
+    sum += diff * diff;
+  }
+  return sum;
+}
+
+inline double finish(metric m, double squared) noexcept {
+  switch (m) {
+    case metric::euclidean: return std::sqrt(squared);
+    case metric::sqeuclidean: return squared;
+    case metric::cosine:
+    case metric::correlation: return 0.5 * squared;
+  }
+  return squared;
+}
+
+/// Runs the whole computation; `store(i, j, value)` receives every computed pair (i < j only when
+/// `symmetric`).
+template <class T, class Store>
+void compute(const host_context& ctx, const pairwise_distance_params& params, matrix_view<const T> x,
+             const matrix_view<const T>* y, Store&& store) {
+  const bool symmetric = (y == nullptr);
+  const index_t d = x.cols();
+  const metric m = params.metric;
+  const double threshold =
+      params.cancellation_threshold < 0 ? default_cancellation_threshold<T>() : params.cancellation_threshold;
+
+  moecomp::detail::host_workspace<double> shift(ctx, static_cast<std::size_t>(d));
+  const bool euclidean_family = (m == metric::euclidean || m == metric::sqeuclidean);
+  if (euclidean_family) column_mean(x, y, shift.data());
+
+  prepared_rows<T> px(ctx, x.rows(), d);
+  prepare(ctx, m, x, euclidean_family ? shift.data() : nullptr, px);
+  prepared_rows<T>* py_ptr = &px;
+  std::unique_ptr<prepared_rows<T>> py_storage;
+  if (!symmetric) {
+    py_storage = std::make_unique<prepared_rows<T>>(ctx, y->rows(), d);
+    prepare(ctx, m, *y, euclidean_family ? shift.data() : nullptr, *py_storage);
+    py_ptr = py_storage.get();
+  }
+  const prepared_rows<T>& py = *py_ptr;
+  const matrix_view<const T> yv = symmetric ? x : *y;
+
+  for_each_gram_tile<T>(
+      ctx, px.view(), py.view(), symmetric, [&](index_t row0, index_t col0, matrix_view<const T> gram) {
+        for (index_t r = 0; r < gram.rows(); ++r) {
+          const index_t i = row0 + r;
+          const double na = px.norm2[static_cast<std::size_t>(i)];
+          const index_t c_begin = symmetric ? std::max<index_t>(0, i + 1 - col0) : 0;
+          for (index_t c = c_begin; c < gram.cols(); ++c) {
+            const index_t j = col0 + c;
+            const double nb = py.norm2[static_cast<std::size_t>(j)];
+            double squared = na + nb - 2.0 * static_cast<double>(gram(r, c));
+            if (squared < threshold * (na + nb)) {
+              squared = direct_squared_distance(x.row_ptr(i), px.offset[static_cast<std::size_t>(i)],
+                                                px.scale[static_cast<std::size_t>(i)], yv.row_ptr(j),
+                                                py.offset[static_cast<std::size_t>(j)],
+                                                py.scale[static_cast<std::size_t>(j)], d);
+            } else if (!(squared >= 0.0) && squared == squared) {
+              squared = 0.0;  // only reachable with threshold 0: clamp cancellation below zero
+            }
+            store(i, j, static_cast<T>(finish(m, squared)));
+          }
+        }
+      });
+}
+
+template <class T>
+constexpr void check_element_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "moecomp::distance: the element type must be float or double");
+}
+
+}  // namespace detail
+}  // namespace distance
+MOECOMP_NAMESPACE_END

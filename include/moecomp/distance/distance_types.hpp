@@ -1,0 +1,58 @@
+#pragma once
+// Parameters and helpers of the pairwise distances (<moecomp/distance/pairwise_distance.hpp>).
+#include <moecomp/core/views.hpp>
+
+#include <string>
+#include <string_view>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace distance {
+
+/// The metrics, with scipy.spatial.distance's names and definitions.
+enum class metric {
+  euclidean,    // ||x - y||_2
+  sqeuclidean,  // ||x - y||_2^2
+  cosine,       // 1 - x.y / (||x|| ||y||); NaN when either row is all zeros (as scipy)
+  correlation   // cosine distance of the rows centred on their own means; NaN for a constant row (as scipy)
+};
+
+inline const char* to_string(metric m) noexcept {
+  switch (m) {
+    case metric::euclidean: return "euclidean";
+    case metric::sqeuclidean: return "sqeuclidean";
+    case metric::cosine: return "cosine";
+    case metric::correlation: return "correlation";
+  }
+  return "unknown";
+}
+
+/// Parses a scipy metric name; throws invalid_argument naming the accepted values otherwise.
+inline metric parse_metric(std::string_view name) {
+  if (name == "euclidean") return metric::euclidean;
+  if (name == "sqeuclidean") return metric::sqeuclidean;
+  if (name == "cosine") return metric::cosine;
+  if (name == "correlation") return metric::correlation;
+  MOECOMP_FAIL(error_kind::invalid_argument, "metric: expected euclidean, sqeuclidean, cosine or correlation, got '",
+               std::string(name), "'");
+}
+
+struct pairwise_distance_params {
+  distance::metric metric = distance::metric::euclidean;
+  /// Cancellation guard. The Gram (GEMM) form ||a||^2 + ||b||^2 - 2 a.b loses relative precision when
+  /// two rows are close; every pair whose Gram-form squared distance is below
+  /// `cancellation_threshold * (||a||^2 + ||b||^2)` is recomputed directly from the input rows, in double.
+  /// Negative: the default for the element type (1/16 for float, 1/1024 for double). 0: never recompute
+  /// (pure GEMM; negative squared distances are clamped to 0).
+  double cancellation_threshold = -1.0;
+};
+
+/// Number of entries of the condensed distance vector of n points: n (n - 1) / 2.
+constexpr index_t condensed_size(index_t n) noexcept { return n < 2 ? 0 : n * (n - 1) / 2; }
+
+/// Position of pair (i, j), i < j < n, in the condensed vector (scipy pdist order: row by row).
+constexpr index_t condensed_index(index_t n, index_t i, index_t j) noexcept {
+  return n * i - i * (i + 1) / 2 + (j - i - 1);
+}
+
+}  // namespace distance
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,67 @@
+#pragma once
+// Pairwise distances between the rows of matrices, on the host: scipy.spatial.distance.pdist / cdist /
+// squareform semantics for euclidean, sqeuclidean, cosine and correlation, computed through a GEMM.
+// The device overloads (same names, device views, cuda_context) are in
+// <moecomp/cuda/distance/pairwise_distance.cuh>. Documentation: docs/distance.md.
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/distance/detail/pairwise_distance_host.hpp>
+#include <moecomp/distance/distance_types.hpp>
+
+#include <memory>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace distance {
+
+/// out(i, j) = dist(x_i, y_j). x: n x d, y: m x d, out: n x m. `x` and `y` may be const or mutable views
+/// of T (float or double); out must not overlap them.
+template <class T, class U, class V,
+          std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T> && std::is_same_v<std::remove_const_t<V>, T>,
+                           int> = 0>
+void pairwise_distances(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
+                        matrix_view<V> y, matrix_view<T> out) {
+  detail::check_element_type<T>();
+  MOECOMP_EXPECTS(y.cols() == x.cols(), "pairwise_distances: y must have as many columns as x (", x.cols(),
+                  "), got y of shape ", moecomp::detail::shape_string(y.rows(), y.cols()));
+  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == y.rows(), "pairwise_distances: out must be ",
+                  moecomp::detail::shape_string(x.rows(), y.rows()), " (rows of x by rows of y), got ",
+                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  const matrix_view<const T> xc = x, yc = y;
+  detail::compute<T>(ctx, params, xc, &yc, [&](index_t i, index_t j, T value) { out(i, j) = value; });
+}
+
+/// out(i, j) = dist(x_i, x_j): the n x n square form, exactly symmetric with an exact zero diagonal.
+template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+void pairwise_distances(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
+                        matrix_view<T> out) {
+  detail::check_element_type<T>();
+  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == x.rows(), "pairwise_distances: out must be ",
+                  moecomp::detail::shape_string(x.rows(), x.rows()), " for x of shape ",
+                  moecomp::detail::shape_string(x.rows(), x.cols()), ", got ",
+                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  for (index_t i = 0; i < x.rows(); ++i) out(i, i) = T(0);
+  const matrix_view<const T> xc = x;
+  detail::compute<T>(ctx, params, xc, nullptr, [&](index_t i, index_t j, T value) {
+    out(i, j) = value;
+    out(j, i) = value;
+  });
+}
+
+/// The condensed form (scipy pdist): out[condensed_index(n, i, j)] = dist(x_i, x_j) for i < j, length
+/// n (n - 1) / 2.
+template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+void pairwise_distances_condensed(const host_context& ctx, const pairwise_distance_params& params,
+                                  matrix_view<U> x, vector_view<T> out) {
+  detail::check_element_type<T>();
+  const index_t n = x.rows();
+  MOECOMP_EXPECTS(out.size() == condensed_size(n), "pairwise_distances_condensed: out must have n (n - 1) / 2 = ",
+                  condensed_size(n), " elements for x of shape ", moecomp::detail::shape_string(n, x.cols()),
+                  ", got ", out.size());
+  const matrix_view<const T> xc = x;
+  detail::compute<T>(ctx, params, xc, nullptr,
+                     [&](index_t i, index_t j, T value) { out(condensed_index(n, i, j)) = value; });
+}
+
+}  // namespace distance
+MOECOMP_NAMESPACE_END

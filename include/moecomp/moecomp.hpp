@@ -1,0 +1,17 @@
+#pragma once
+// Umbrella header: every host-side part of moecomp. Includes no CUDA header; device code is under
+// <moecomp/cuda/...> (see <moecomp/cuda/moecomp.cuh>). Interop adaptors (Eigen, xtensor, DLPack) and the
+// file readers are opt-in: include <moecomp/interop/...> and <moecomp/io/...> yourself.
+#include <moecomp/version.hpp>
+
+#include <moecomp/core/config.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/memory_space.hpp>
+#include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/random.hpp>
+#include <moecomp/core/status.hpp>
+#include <moecomp/core/views.hpp>
+
+#include <moecomp/distance/pairwise_distance.hpp>
