@@ -40,9 +40,12 @@ inline std::uint64_t mul_high_u64(std::uint64_t a, std::uint64_t b, std::uint64_
   return hi_hi + (hi_lo >> 32) + (cross >> 32);
 }
 
-/// Natural logarithm of a positive, finite, normal double, reproducible bit for bit everywhere: exact
-/// range reduction, then 2 atanh(z) by a Horner series evaluated with std::fma only (correctly rounded
-/// by IEEE 754, unlike a libm log, and immune to -ffp-contract). Accurate to about 1 ulp.
+/// Natural logarithm of a positive, finite double, reproducible bit for bit everywhere: exact range
+/// reduction x = m 2^e with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), then log m = 2 atanh(s) with
+/// s = f / (2 + f), written as f - (f^2/2 - s (f^2/2 + R(s^2))) so that the rounding error of s only
+/// touches the small correction terms. Every multiply-add is an explicit std::fma (correctly rounded by
+/// IEEE 754, unlike a libm log, and immune to -ffp-contract). Measured within 1 ulp of glibc's log, and
+/// identical to it for about 96% of inputs (tests/test_random.cpp). Not for 0, negative, inf or NaN.
 inline double reproducible_log(double x) noexcept {
   int exponent = 0;
   double m = std::frexp(x, &exponent);  // exact: x = m * 2^exponent, m in [0.5, 1)
@@ -50,15 +53,19 @@ inline double reproducible_log(double x) noexcept {
     m *= 2.0;  // exact
     --exponent;
   }
-  const double z = (m - 1.0) / (m + 1.0);  // |z| <= 0.1716
-  const double z2 = z * z;
-  constexpr double c[] = {1.0 / 25, 1.0 / 23, 1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15,
-                          1.0 / 13, 1.0 / 11, 1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
+  const double f = m - 1.0;        // exact (Sterbenz), |f| < 0.4143
+  const double s = f / (2.0 + f);  // |s| < 0.1716
+  const double s2 = s * s;
+  // R(s^2) = 2 s^2/3 + 2 s^4/5 + ... + 2 s^24/25; the next term is below 2^-70 relative.
+  constexpr double c[] = {2.0 / 25, 2.0 / 23, 2.0 / 21, 2.0 / 19, 2.0 / 17, 2.0 / 15,
+                          2.0 / 13, 2.0 / 11, 2.0 / 9,  2.0 / 7,  2.0 / 5,  2.0 / 3};
   double p = c[0];
-  for (int i = 1; i < 12; ++i) p = std::fma(p, z2, c[i]);
-  const double two_z = 2.0 * z;
-  const double log_m = std::fma(two_z, z2 * p, two_z);
-  constexpr double ln2_hi = 6.93147180369123816490e-01;  // ln 2 with its low 32 bits zero: e * ln2_hi is exact
+  for (int i = 1; i < 12; ++i) p = std::fma(p, s2, c[i]);
+  const double half_f2 = 0.5 * (f * f);
+  const double sum = std::fma(s2, p, half_f2);           // f^2/2 + R
+  const double log_m = f - std::fma(-s, sum, half_f2);  // f - (f^2/2 - s (f^2/2 + R)) = 2 atanh(s)
+  // ln 2 = ln2_hi + ln2_lo, ln2_hi with 32 significant bits: e * ln2_hi is exact for |e| < 2^21.
+  constexpr double ln2_hi = 6.93147180369123816490e-01;
   constexpr double ln2_lo = 1.90821492927058770002e-10;
   const double e = static_cast<double>(exponent);
   return std::fma(e, ln2_hi, std::fma(e, ln2_lo, log_m));
