@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, whatever moecomp's build, tests and peer checks need and the machine lacks.
+# Idempotent: installs nothing when everything is present. Uses sudo when not run as root.
+set -euo pipefail
+packages=(
+  cmake ninja-build g++ git                    # build
+  libeigen3-dev                                # the one dependency of the library itself
+  doctest-dev libbenchmark-dev                 # tests, benchmarks
+  xtensor-dev libdlpack-dev nlohmann-json3-dev # optional adaptors, exercised by the tests
+  python3-numpy python3-scipy python3-sklearn python3-pot python3-fastcluster  # peers (used via /usr/bin/python3)
+  libopenblas0-pthread                         # an optimised BLAS for the peers (numpy/scipy)
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
