@@ -28,7 +28,10 @@ void pairwise_distances(const host_context& ctx, const pairwise_distance_params&
                   moecomp::detail::shape_string(x.rows(), y.rows()), " (rows of x by rows of y), got ",
                   moecomp::detail::shape_string(out.rows(), out.cols()));
   const matrix_view<const T> xc = x, yc = y;
-  detail::compute<T>(ctx, params, xc, &yc, [&](index_t i, index_t j, T value) { out(i, j) = value; });
+  detail::compute<T>(ctx, params, xc, &yc, [&](index_t i, index_t j0, const T* values, index_t count) {
+    T* row = out.row_ptr(i) + j0;
+    for (index_t c = 0; c < count; ++c) row[c] = values[c];
+  });
 }
 
 /// out(i, j) = dist(x_i, x_j): the n x n square form, exactly symmetric with an exact zero diagonal.
@@ -42,9 +45,10 @@ void pairwise_distances(const host_context& ctx, const pairwise_distance_params&
                   moecomp::detail::shape_string(out.rows(), out.cols()));
   for (index_t i = 0; i < x.rows(); ++i) out(i, i) = T(0);
   const matrix_view<const T> xc = x;
-  detail::compute<T>(ctx, params, xc, nullptr, [&](index_t i, index_t j, T value) {
-    out(i, j) = value;
-    out(j, i) = value;
+  detail::compute<T>(ctx, params, xc, nullptr, [&](index_t i, index_t j0, const T* values, index_t count) {
+    T* row = out.row_ptr(i) + j0;
+    for (index_t c = 0; c < count; ++c) row[c] = values[c];
+    for (index_t c = 0; c < count; ++c) out(j0 + c, i) = values[c];
   });
 }
 
@@ -59,8 +63,11 @@ void pairwise_distances_condensed(const host_context& ctx, const pairwise_distan
                   condensed_size(n), " elements for x of shape ", moecomp::detail::shape_string(n, x.cols()),
                   ", got ", out.size());
   const matrix_view<const T> xc = x;
-  detail::compute<T>(ctx, params, xc, nullptr,
-                     [&](index_t i, index_t j, T value) { out(condensed_index(n, i, j)) = value; });
+  detail::compute<T>(ctx, params, xc, nullptr, [&](index_t i, index_t j0, const T* values, index_t count) {
+    T* first = out.ptr(condensed_index(n, i, j0));  // a row's pairs are consecutive in scipy's order
+    const index_t stride = out.stride();
+    for (index_t c = 0; c < count; ++c) first[c * stride] = values[c];
+  });
 }
 
 }  // namespace distance

@@ -114,21 +114,25 @@ double direct_squared_distance(const T* x, double ox, double sx, const T* y, dou
   return sum;
 }
 
-inline double finish(metric m, double squared) noexcept {
+/// Turns squared distances into the metric's values, in place over a row segment (vectorisable loops).
+inline void finish_row(metric m, double* values, index_t count) noexcept {
   switch (m) {
-    case metric::euclidean: return std::sqrt(squared);
-    case metric::sqeuclidean: return squared;
+    case metric::euclidean:
+      for (index_t c = 0; c < count; ++c) values[c] = std::sqrt(values[c]);
+      break;
+    case metric::sqeuclidean: break;
     case metric::cosine:
-    case metric::correlation: return 0.5 * squared;
+    case metric::correlation:
+      for (index_t c = 0; c < count; ++c) values[c] *= 0.5;
+      break;
   }
-  return squared;
 }
 
-/// Runs the whole computation; `store(i, j, value)` receives every computed pair (i < j only when
-/// `symmetric`).
-template <class T, class Store>
+/// Runs the whole computation. `store_row(i, j0, values, count)` receives the distances of pairs
+/// (i, j0), ..., (i, j0 + count - 1) as T; with `symmetric` only pairs with i < j are produced.
+template <class T, class StoreRow>
 void compute(const host_context& ctx, const pairwise_distance_params& params, matrix_view<const T> x,
-             const matrix_view<const T>* y, Store&& store) {
+             const matrix_view<const T>* y, StoreRow&& store_row) {
   const bool symmetric = (y == nullptr);
   const index_t d = x.cols();
   const metric m = params.metric;
@@ -141,36 +145,43 @@ void compute(const host_context& ctx, const pairwise_distance_params& params, ma
 
   prepared_rows<T> px(ctx, x.rows(), d);
   prepare(ctx, m, x, euclidean_family ? shift.data() : nullptr, px);
-  prepared_rows<T>* py_ptr = &px;
   std::unique_ptr<prepared_rows<T>> py_storage;
   if (!symmetric) {
     py_storage = std::make_unique<prepared_rows<T>>(ctx, y->rows(), d);
     prepare(ctx, m, *y, euclidean_family ? shift.data() : nullptr, *py_storage);
-    py_ptr = py_storage.get();
   }
-  const prepared_rows<T>& py = *py_ptr;
+  const prepared_rows<T>& py = symmetric ? px : *py_storage;
   const matrix_view<const T> yv = symmetric ? x : *y;
 
   for_each_gram_tile<T>(
       ctx, px.view(), py.view(), symmetric, [&](index_t row0, index_t col0, matrix_view<const T> gram) {
+        double squared[gram_tile_size];
+        T values[gram_tile_size];
+        const double* nb = py.norm2.data() + col0;
         for (index_t r = 0; r < gram.rows(); ++r) {
           const index_t i = row0 + r;
           const double na = px.norm2[static_cast<std::size_t>(i)];
           const index_t c_begin = symmetric ? std::max<index_t>(0, i + 1 - col0) : 0;
-          for (index_t c = c_begin; c < gram.cols(); ++c) {
-            const index_t j = col0 + c;
-            const double nb = py.norm2[static_cast<std::size_t>(j)];
-            double squared = na + nb - 2.0 * static_cast<double>(gram(r, c));
-            if (squared < threshold * (na + nb)) {
-              squared = direct_squared_distance(x.row_ptr(i), px.offset[static_cast<std::size_t>(i)],
-                                                px.scale[static_cast<std::size_t>(i)], yv.row_ptr(j),
-                                                py.offset[static_cast<std::size_t>(j)],
-                                                py.scale[static_cast<std::size_t>(j)], d);
-            } else if (!(squared >= 0.0) && squared == squared) {
-              squared = 0.0;  // only reachable with threshold 0: clamp cancellation below zero
+          const index_t count = gram.cols() - c_begin;
+          if (count <= 0) continue;
+          const T* g = gram.row_ptr(r) + c_begin;
+          const double* nbr = nb + c_begin;
+          for (index_t c = 0; c < count; ++c) squared[c] = na + nbr[c] - 2.0 * static_cast<double>(g[c]);
+          // The guard: recompute directly where the Gram form may have cancelled (rare on spread data).
+          for (index_t c = 0; c < count; ++c) {
+            if (squared[c] < threshold * (na + nbr[c])) {
+              const index_t j = col0 + c_begin + c;
+              squared[c] = direct_squared_distance(x.row_ptr(i), px.offset[static_cast<std::size_t>(i)],
+                                                   px.scale[static_cast<std::size_t>(i)], yv.row_ptr(j),
+                                                   py.offset[static_cast<std::size_t>(j)],
+                                                   py.scale[static_cast<std::size_t>(j)], d);
+            } else if (!(squared[c] >= 0.0) && squared[c] == squared[c]) {
+              squared[c] = 0.0;  // only reachable with threshold 0: clamp cancellation below zero
             }
-            store(i, j, static_cast<T>(finish(m, squared)));
           }
+          finish_row(m, squared, count);
+          for (index_t c = 0; c < count; ++c) values[c] = static_cast<T>(squared[c]);
+          store_row(i, col0 + c_begin, static_cast<const T*>(values), count);
         }
       });
 }
