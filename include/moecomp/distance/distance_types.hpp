@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace distance {
@@ -45,6 +46,19 @@ struct pairwise_distance_params {
   /// (pure GEMM; negative squared distances are clamped to 0).
   double cancellation_threshold = -1.0;
 };
+
+/// The cancellation threshold used when params.cancellation_threshold < 0: 1/16 for float, 1/1024 for
+/// double (shared by the host and device implementations).
+template <class T>
+constexpr double default_cancellation_threshold() noexcept {
+  return std::is_same_v<T, float> ? 1.0 / 16 : 1.0 / 1024;
+}
+
+/// The threshold a call with `params` uses for element type T.
+template <class T>
+constexpr double effective_cancellation_threshold(const pairwise_distance_params& params) noexcept {
+  return params.cancellation_threshold < 0 ? default_cancellation_threshold<T>() : params.cancellation_threshold;
+}
 
 /// Number of entries of the condensed distance vector of n points: n (n - 1) / 2.
 constexpr index_t condensed_size(index_t n) noexcept { return n < 2 ? 0 : n * (n - 1) / 2; }

@@ -21,11 +21,6 @@ MOECOMP_NAMESPACE_BEGIN
 namespace distance {
 namespace detail {
 
-template <class T>
-double default_cancellation_threshold() noexcept {
-  return std::is_same_v<T, float> ? 1.0 / 16 : 1.0 / 1024;
-}
-
 /// Preprocessed rows of one input: a (rows x d, contiguous), ||a_i||^2, and the (o_i, s_i) that map x_i
 /// to a_i without the column shift (used by the direct recomputation).
 template <class T>
@@ -136,8 +131,7 @@ void compute(const host_context& ctx, const pairwise_distance_params& params, ma
   const bool symmetric = (y == nullptr);
   const index_t d = x.cols();
   const metric m = params.metric;
-  const double threshold =
-      params.cancellation_threshold < 0 ? default_cancellation_threshold<T>() : params.cancellation_threshold;
+  const double threshold = effective_cancellation_threshold<T>(params);
 
   moecomp::detail::host_workspace<double> shift(ctx, static_cast<std::size_t>(d));
   const bool euclidean_family = (m == metric::euclidean || m == metric::sqeuclidean);
