@@ -1,0 +1,565 @@
+#pragma once
+// NumPy .npy files: read format versions 1.0, 2.0 and 3.0, write 1.0 (2.0 only for a header over 64 KiB),
+// for float32, float64, int32 and int64 arrays of any number of dimensions. Documentation: docs/io.md.
+//
+//   npy_array x = io::read_npy("X.npy");                 // any supported dtype, C or Fortran order
+//   host_matrix<double> m = x.to_matrix<double>();       // 2-D, converted to double
+//   matrix_view<const float> v = x.matrix<float>();      // 2-D float32, no copy
+//   io::write_npy("D.npy", distances.view());            // atomic: temporary file + rename
+//
+// Every malformed input (bad magic, unsupported version or dtype, broken header, truncated data,
+// trailing bytes, ...) is an io_error naming the file and the problem; reading never allocates more than
+// the input's own size. Writes replace the target atomically: a failed write leaves the old file (or no
+// file) behind, never a partial one.
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/io/detail/atomic_file.hpp>
+#include <moecomp/io/detail/npy_format.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace io {
+
+namespace detail {
+
+inline constexpr std::size_t npy_data_alignment = 64;
+
+struct aligned_delete {
+  void operator()(unsigned char* pointer) const noexcept {
+    ::operator delete(pointer, std::align_val_t(npy_data_alignment));
+  }
+};
+using aligned_bytes = std::unique_ptr<unsigned char[], aligned_delete>;
+
+inline aligned_bytes allocate_aligned(std::size_t bytes) {
+  return aligned_bytes(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t(npy_data_alignment))));
+}
+
+/// The element count of a caller-given shape: 0 to 64 non-negative extents whose product (zeros counted
+/// as 1) times the item size fits in index_t and size_t; invalid_argument naming `function` otherwise.
+inline index_t checked_element_count(const char* function, npy_dtype dtype, const std::vector<index_t>& shape) {
+  MOECOMP_EXPECTS(shape.size() <= npy_max_ndim, function, ": shape must have at most ", npy_max_ndim,
+                  " dimensions, got ", shape.size());
+  const auto limit = static_cast<index_t>(std::min<std::uint64_t>(
+      static_cast<std::uint64_t>(std::numeric_limits<index_t>::max()), std::numeric_limits<std::size_t>::max()));
+  index_t product = 1;
+  bool empty = false;
+  for (index_t extent : shape) {
+    MOECOMP_EXPECTS(extent >= 0, function, ": shape ", shape_repr(shape), " has a negative extent");
+    const index_t factor = extent == 0 ? 1 : extent;
+    MOECOMP_EXPECTS(product <= limit / factor / static_cast<index_t>(item_size(dtype)), function,
+                    ": the byte count of shape ", shape_repr(shape), " overflows");
+    product *= factor;
+    empty = empty || extent == 0;
+  }
+  return empty ? 0 : product;
+}
+
+/// checked_element_count, and `data` may be null only for an empty array.
+inline index_t checked_write_count(const char* function, npy_dtype dtype, const std::vector<index_t>& shape,
+                                   const void* data) {
+  const index_t count = checked_element_count(function, dtype, shape);
+  MOECOMP_EXPECTS(count == 0 || data != nullptr, function, ": data is null but shape ", shape_repr(shape), " has ",
+                  count, " elements");
+  return count;
+}
+
+template <class T>
+constexpr void check_npy_element() {
+  static_assert(is_npy_element_v<T>, "moecomp::io npy: the element type must be float, double, std::int32_t or "
+                                     "std::int64_t");
+}
+
+}  // namespace detail
+
+class npy_array;
+namespace detail {
+template <class Source>
+npy_array decode_npy(Source& source, const char* function, const std::string& name);
+}  // namespace detail
+
+/// An owning N-d array as read from a .npy file: C order, host byte order, data aligned to 64 bytes.
+/// Copies are deep; a default-constructed or moved-from array is empty (ndim 0, size 0, data null).
+class npy_array {
+ public:
+  static constexpr std::size_t alignment = detail::npy_data_alignment;
+
+  npy_array() noexcept = default;
+
+  /// A zero-filled array of `dtype` and `shape` (every extent >= 0, at most 64 of them; shape {} is a
+  /// 0-d array with one element). `source` names it in error messages.
+  npy_array(npy_dtype dtype, std::vector<index_t> shape, std::string source = {})
+      : dtype_(dtype), shape_(std::move(shape)), source_(std::move(source)) {
+    size_ = detail::checked_element_count("npy_array", dtype_, shape_);
+    storage_ = detail::allocate_aligned(byte_size());
+    if (byte_size() > 0) std::memset(storage_.get(), 0, byte_size());
+  }
+
+  npy_array(const npy_array& other)
+      : dtype_(other.dtype_), shape_(other.shape_), size_(other.size_), source_(other.source_) {
+    if (other.storage_) {
+      storage_ = detail::allocate_aligned(byte_size());
+      if (byte_size() > 0) std::memcpy(storage_.get(), other.storage_.get(), byte_size());
+    }
+  }
+  npy_array(npy_array&& other) noexcept
+      : dtype_(other.dtype_),
+        shape_(std::move(other.shape_)),
+        size_(other.size_),
+        storage_(std::move(other.storage_)),
+        source_(std::move(other.source_)) {
+    other.make_empty();
+  }
+  npy_array& operator=(const npy_array& other) {
+    if (this != &other) *this = npy_array(other);
+    return *this;
+  }
+  npy_array& operator=(npy_array&& other) noexcept {
+    if (this != &other) {
+      dtype_ = other.dtype_;
+      shape_ = std::move(other.shape_);
+      size_ = other.size_;
+      storage_ = std::move(other.storage_);
+      source_ = std::move(other.source_);
+      other.make_empty();
+    }
+    return *this;
+  }
+  ~npy_array() = default;
+
+  npy_dtype dtype() const noexcept { return dtype_; }
+  const std::vector<index_t>& shape() const noexcept { return shape_; }
+  index_t ndim() const noexcept { return static_cast<index_t>(shape_.size()); }
+  /// Number of elements: the product of the shape (1 for a 0-d array).
+  index_t size() const noexcept { return size_; }
+  std::size_t item_size() const noexcept { return io::item_size(dtype_); }
+  std::size_t byte_size() const noexcept { return static_cast<std::size_t>(size_) * item_size(); }
+  /// The elements in C order, host byte order; 64-byte aligned.
+  const void* data() const noexcept { return storage_.get(); }
+  void* data() noexcept { return storage_.get(); }
+  /// The file path or source name it was read from (empty if built in memory).
+  const std::string& source() const noexcept { return source_; }
+
+  /// Whether the elements are exactly of type T.
+  template <class T>
+  bool holds() const noexcept {
+    detail::check_npy_element<T>();
+    return dtype_ == npy_dtype_of<T>::value;
+  }
+
+  /// A view of a 1-D array of exactly T (no conversion); invalid_argument otherwise.
+  template <class T>
+  vector_view<const T> vector() const {
+    check_view<T>("vector", 1);
+    return size_ == 0 ? vector_view<const T>() : vector_view<const T>(static_cast<const T*>(data()), size_, 1);
+  }
+  template <class T>
+  vector_view<T> vector() {
+    check_view<T>("vector", 1);
+    return size_ == 0 ? vector_view<T>() : vector_view<T>(static_cast<T*>(data()), size_, 1);
+  }
+  /// A view of a 2-D array of exactly T (no conversion); invalid_argument otherwise.
+  template <class T>
+  matrix_view<const T> matrix() const {
+    check_view<T>("matrix", 2);
+    return matrix_view<const T>(static_cast<const T*>(data()), shape_[0], shape_[1], shape_[1]);
+  }
+  template <class T>
+  matrix_view<T> matrix() {
+    check_view<T>("matrix", 2);
+    return matrix_view<T>(static_cast<T*>(data()), shape_[0], shape_[1], shape_[1]);
+  }
+
+  /// A copy of a 2-D array converted to T (see "Conversions" in docs/io.md). Arrays of other ndim are
+  /// refused with invalid_argument: a 1-D array is not silently taken as a column or a row.
+  template <class T>
+  host_matrix<T> to_matrix() const {
+    detail::check_npy_element<T>();
+    check_ndim("to_matrix", npy_dtype_of<T>::value, 2);
+    host_matrix<T> result(shape_[0], shape_[1]);
+    convert_into(result.data(), "to_matrix");
+    return result;
+  }
+  /// A copy of a 1-D array converted to T; other ndim are refused with invalid_argument.
+  template <class T>
+  host_vector<T> to_vector() const {
+    detail::check_npy_element<T>();
+    check_ndim("to_vector", npy_dtype_of<T>::value, 1);
+    host_vector<T> result(size_);
+    convert_into(result.data(), "to_vector");
+    return result;
+  }
+  /// A copy of all elements in C order, any ndim (0-d: one element), converted to T.
+  template <class T>
+  host_vector<T> to_flat_vector() const {
+    detail::check_npy_element<T>();
+    host_vector<T> result(size_);
+    convert_into(result.data(), "to_flat_vector");
+    return result;
+  }
+
+ private:
+  struct adopt_tag {};
+  npy_array(adopt_tag, npy_dtype dtype, std::vector<index_t> shape, index_t size, detail::aligned_bytes storage,
+            std::string source) noexcept
+      : dtype_(dtype), shape_(std::move(shape)), size_(size), storage_(std::move(storage)), source_(std::move(source)) {}
+
+  template <class Source>
+  friend npy_array detail::decode_npy(Source& source, const char* function, const std::string& name);
+
+  void make_empty() noexcept {
+    shape_.clear();
+    size_ = 0;
+  }
+
+  std::string holder() const { return source_.empty() ? std::string("the array") : "'" + source_ + "'"; }
+
+  template <class T>
+  void check_view(const char* function, index_t wanted_ndim) const {
+    detail::check_npy_element<T>();
+    const npy_dtype wanted = npy_dtype_of<T>::value;
+    MOECOMP_EXPECTS(dtype_ == wanted && ndim() == wanted_ndim, "npy_array::", function, "<", to_string(wanted),
+                    ">: ", holder(), " holds a ", ndim(), "-D ", to_string(dtype_), " array of shape ",
+                    detail::shape_repr(shape_), "; a ", wanted_ndim, "-D ", to_string(wanted),
+                    " array is needed (use to_", function, "<T>() to convert)");
+  }
+
+  void check_ndim(const char* function, npy_dtype wanted, index_t wanted_ndim) const {
+    MOECOMP_EXPECTS(ndim() == wanted_ndim, "npy_array::", function, "<", to_string(wanted), ">: ", holder(),
+                    " holds a ", ndim(), "-D array of shape ", detail::shape_repr(shape_), "; a ", wanted_ndim,
+                    "-D array is needed");
+  }
+
+  // Conversions never invoke undefined behaviour: float64 -> float32 rounds to nearest and overflows to
+  // +-inf as IEEE does; floats -> integers must be finite, integral and in range; int64 -> int32 must be
+  // in range; integers -> floats round to nearest. Anything else is invalid_argument naming the element.
+  template <class To, class From>
+  void convert_typed(const From* in, To* out, const char* function) const {
+    const auto n = static_cast<std::size_t>(size_);
+    if constexpr (std::is_same_v<To, From>) {
+      if (n > 0) std::memcpy(out, in, n * sizeof(To));
+    } else if constexpr (std::is_floating_point_v<To>) {
+      for (std::size_t k = 0; k < n; ++k) {
+        if constexpr (std::is_same_v<To, float> && std::is_same_v<From, double>) {
+          // Values at or beyond FLT_MAX + half an ulp round to infinity (the cast itself would be UB).
+          constexpr double overflow = 0x1.ffffffp+127;
+          const double x = in[k];
+          out[k] = std::fabs(x) >= overflow ? std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(x))
+                                            : static_cast<float>(x);
+        } else {
+          out[k] = static_cast<To>(in[k]);
+        }
+      }
+    } else if constexpr (std::is_floating_point_v<From>) {
+      // Exact bounds of To as doubles: [-2^(bits-1), 2^(bits-1)).
+      constexpr double upper = std::is_same_v<To, std::int32_t> ? 0x1p31 : 0x1p63;
+      for (std::size_t k = 0; k < n; ++k) {
+        const double x = static_cast<double>(in[k]);
+        MOECOMP_EXPECTS(std::isfinite(x) && std::trunc(x) == x && x >= -upper && x < upper, "npy_array::", function,
+                        "<", to_string(npy_dtype_of<To>::value), ">: ", holder(), " element ", k, " (", x,
+                        ") is not an integer representable as ", to_string(npy_dtype_of<To>::value));
+        out[k] = static_cast<To>(x);
+      }
+    } else if constexpr (sizeof(To) >= sizeof(From)) {
+      for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<To>(in[k]);
+    } else {
+      for (std::size_t k = 0; k < n; ++k) {
+        MOECOMP_EXPECTS(in[k] >= std::numeric_limits<To>::min() && in[k] <= std::numeric_limits<To>::max(),
+                        "npy_array::", function, "<", to_string(npy_dtype_of<To>::value), ">: ", holder(),
+                        " element ", k, " (", in[k], ") is out of range for ", to_string(npy_dtype_of<To>::value));
+        out[k] = static_cast<To>(in[k]);
+      }
+    }
+  }
+
+  template <class To>
+  void convert_into(To* out, const char* function) const {
+    switch (dtype_) {
+      case npy_dtype::float32: convert_typed(static_cast<const float*>(data()), out, function); break;
+      case npy_dtype::float64: convert_typed(static_cast<const double*>(data()), out, function); break;
+      case npy_dtype::int32: convert_typed(static_cast<const std::int32_t*>(data()), out, function); break;
+      case npy_dtype::int64: convert_typed(static_cast<const std::int64_t*>(data()), out, function); break;
+    }
+  }
+
+  npy_dtype dtype_ = npy_dtype::float64;
+  std::vector<index_t> shape_;
+  index_t size_ = 0;
+  detail::aligned_bytes storage_;
+  std::string source_;
+};
+
+namespace detail {
+
+/// Bytes in memory, read front to back.
+class npy_memory_source {
+ public:
+  npy_memory_source(const void* bytes, std::size_t size) : bytes_(static_cast<const unsigned char*>(bytes)), size_(size) {}
+  std::uint64_t total() const noexcept { return size_; }
+  /// Reads exactly `count` bytes; the decoder never asks for more than total() allows.
+  void read(void* target, std::size_t count) {
+    if (count == 0) return;
+    std::memcpy(target, bytes_ + position_, count);
+    position_ += count;
+  }
+
+ private:
+  const unsigned char* bytes_;
+  std::size_t size_;
+  std::size_t position_ = 0;
+};
+
+/// A seekable file of known size, read front to back.
+class npy_file_source {
+ public:
+  npy_file_source(std::FILE* file, std::uint64_t size, const char* function, const std::string& path)
+      : file_(file), size_(size), function_(function), path_(path) {}
+  std::uint64_t total() const noexcept { return size_; }
+  void read(void* target, std::size_t count) {
+    if (count == 0) return;
+    errno = 0;
+    if (std::fread(target, 1, count, file_) != count) {
+      if (std::ferror(file_))
+        MOECOMP_FAIL(error_kind::io_error, function_, ": cannot read '", path_, "': ",
+                     errno != 0 ? std::strerror(errno) : "read error");
+      MOECOMP_FAIL(error_kind::io_error, function_, ": cannot read '", path_,
+                   "': the file ended early (was it changed while being read?)");
+    }
+  }
+
+ private:
+  std::FILE* file_;
+  std::uint64_t size_;
+  const char* function_;
+  const std::string& path_;
+};
+
+struct file_closer {
+  void operator()(std::FILE* file) const noexcept { std::fclose(file); }
+};
+
+/// Bytes of a seekable file, or -1 if it cannot seek (a pipe); leaves the position at the start.
+inline std::int64_t seekable_file_size(std::FILE* file) {
+#if defined(_WIN32)
+  if (_fseeki64(file, 0, SEEK_END) != 0) return -1;
+  const std::int64_t size = _ftelli64(file);
+  if (size < 0 || _fseeki64(file, 0, SEEK_SET) != 0) return -1;
+#else
+  if (std::fseek(file, 0, SEEK_END) != 0) return -1;
+  const std::int64_t size = std::ftell(file);
+  if (size < 0 || std::fseek(file, 0, SEEK_SET) != 0) return -1;
+#endif
+  return size;
+}
+
+template <class Sink, class T>
+void write_npy_rows(Sink& sink, matrix_view<const T> m) {
+  if (m.empty()) return;
+  if (m.is_contiguous()) {
+    sink.write(m.data(), static_cast<std::size_t>(m.size()) * sizeof(T));
+  } else {
+    for (index_t i = 0; i < m.rows(); ++i) sink.write(m.row_ptr(i), static_cast<std::size_t>(m.cols()) * sizeof(T));
+  }
+}
+
+template <class Sink, class T>
+void write_npy_elements(Sink& sink, vector_view<const T> v) {
+  if (v.empty()) return;
+  if (v.is_contiguous()) {
+    sink.write(v.data(), static_cast<std::size_t>(v.size()) * sizeof(T));
+    return;
+  }
+  // Strided: gather into a bounded buffer, so the write costs O(1) extra memory.
+  constexpr index_t chunk = 4096;
+  std::vector<T> buffer(static_cast<std::size_t>(std::min(chunk, v.size())));
+  for (index_t first = 0; first < v.size(); first += chunk) {
+    const index_t count = std::min(chunk, v.size() - first);
+    for (index_t k = 0; k < count; ++k) buffer[static_cast<std::size_t>(k)] = v(first + k);
+    sink.write(buffer.data(), static_cast<std::size_t>(count) * sizeof(T));
+  }
+}
+
+struct npy_string_sink {
+  std::string& bytes;
+  void write(const void* data, std::size_t count) { bytes.append(static_cast<const char*>(data), count); }
+};
+
+}  // namespace detail
+
+namespace detail {
+/// Decodes a whole .npy from `source` (see npy_memory_source for the interface): one pass, one
+/// allocation of the data's size (two for a Fortran-order array of ndim >= 2, which is reordered).
+template <class Source>
+npy_array decode_npy(Source& source, const char* function, const std::string& name) {
+  const npy_error_context where{function, &name};
+  const std::uint64_t total = source.total();
+  unsigned char preamble_bytes[detail::npy_max_preamble_size] = {};
+  std::size_t available = static_cast<std::size_t>(std::min<std::uint64_t>(total, 8));
+  source.read(preamble_bytes, available);
+  if (available == 8) {
+    const std::size_t wanted = preamble_bytes[6] == 1 ? 10 : 12;
+    const auto extra = static_cast<std::size_t>(std::min<std::uint64_t>(total, wanted) - 8);
+    source.read(preamble_bytes + 8, extra);
+    available += extra;
+  }
+  const detail::npy_preamble preamble = detail::parse_npy_preamble(preamble_bytes, available, total, where);
+
+  std::string header_text(preamble.header_bytes, '\0');
+  source.read(header_text.data(), header_text.size());
+  detail::npy_header header =
+      detail::parse_npy_header(header_text.data(), header_text.size(), preamble.major_version, where);
+
+  // Sizes are checked against what the source holds before anything is allocated.
+  const std::uint64_t data_offset = preamble.size + preamble.header_bytes;
+  const std::uint64_t remaining = total - data_offset;
+  if (remaining < header.data_bytes)
+    where.fail("truncated data: shape ", detail::shape_repr(header.shape), " of ", to_string(header.dtype), " needs ",
+               header.data_bytes, " bytes after the ", data_offset, "-byte header, but only ", remaining,
+               " remain");
+  if (remaining > header.data_bytes)
+    where.fail(remaining - header.data_bytes, " unexpected trailing bytes after the ", header.data_bytes,
+               " bytes of data of shape ", detail::shape_repr(header.shape), " (", to_string(header.dtype), ")");
+
+  const std::size_t size = item_size(header.dtype);
+  const auto count = static_cast<std::size_t>(header.element_count);
+  detail::aligned_bytes storage = detail::allocate_aligned(header.data_bytes);
+  if (header.fortran_order && header.shape.size() >= 2 && count > 0) {
+    detail::aligned_bytes fortran = detail::allocate_aligned(header.data_bytes);
+    source.read(fortran.get(), header.data_bytes);
+    if (header.byte_swapped) detail::swap_bytes(fortran.get(), count, size);
+    detail::fortran_to_c_order(fortran.get(), storage.get(), header.shape, size);
+  } else {
+    source.read(storage.get(), header.data_bytes);
+    if (header.byte_swapped) detail::swap_bytes(storage.get(), count, size);
+  }
+  return npy_array(npy_array::adopt_tag{}, header.dtype, std::move(header.shape), header.element_count,
+                   std::move(storage), name);
+}
+}  // namespace detail
+
+/// Parses a complete .npy held in memory. `source_name` names it in error messages and becomes the
+/// result's source(). Any malformed input is an io_error; nothing is read outside [bytes, bytes + size).
+inline npy_array parse_npy(const void* bytes, std::size_t size, const std::string& source_name) {
+  MOECOMP_EXPECTS(size == 0 || bytes != nullptr, "parse_npy: bytes is null but size is ", size);
+  detail::npy_memory_source source(bytes, size);
+  return detail::decode_npy(source, "parse_npy", source_name);
+}
+inline npy_array parse_npy(const std::string& bytes, const std::string& source_name) {
+  return parse_npy(bytes.data(), bytes.size(), source_name);
+}
+
+/// Reads the .npy file at `path`. Errors (cannot open or read, malformed content) are io_errors that
+/// name the path. A non-seekable file (a pipe) is read into memory first.
+inline npy_array read_npy(const std::string& path) {
+  errno = 0;
+  std::unique_ptr<std::FILE, detail::file_closer> file(std::fopen(path.c_str(), "rb"));
+  if (!file)
+    MOECOMP_FAIL(error_kind::io_error, "read_npy: cannot open '", path, "': ",
+                 errno != 0 ? std::strerror(errno) : "unknown error");
+  const std::int64_t size = detail::seekable_file_size(file.get());
+  if (size >= 0) {
+    detail::npy_file_source source(file.get(), static_cast<std::uint64_t>(size), "read_npy", path);
+    return detail::decode_npy(source, "read_npy", path);
+  }
+  std::string bytes;
+  char chunk[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file.get());
+    bytes.append(chunk, got);
+    if (got < sizeof chunk) break;
+  }
+  if (std::ferror(file.get()))
+    MOECOMP_FAIL(error_kind::io_error, "read_npy: cannot read '", path, "': read error");
+  detail::npy_memory_source source(bytes.data(), bytes.size());
+  return detail::decode_npy(source, "read_npy", path);
+}
+
+// ---------------------------------------------------------------------------------------------- writing
+
+/// The bytes of a .npy file (format 1.0, C order, host byte order) holding `shape` elements of `dtype`
+/// at `data` in C order. Exactly what numpy.save writes for the same array.
+inline std::string serialize_npy(npy_dtype dtype, const std::vector<index_t>& shape, const void* data) {
+  const index_t count = detail::checked_write_count("serialize_npy", dtype, shape, data);
+  std::string bytes = detail::npy_header_bytes(dtype, shape);
+  if (count > 0) bytes.append(static_cast<const char*>(data), static_cast<std::size_t>(count) * item_size(dtype));
+  return bytes;
+}
+inline std::string serialize_npy(const npy_array& array) {
+  return serialize_npy(array.dtype(), array.shape(), array.data());
+}
+/// A rows x cols matrix (any row stride, const or mutable elements of float, double, int32, int64).
+template <class U>
+std::string serialize_npy(matrix_view<U, host_memory> m) {
+  using T = std::remove_const_t<U>;
+  detail::check_npy_element<T>();
+  std::string bytes = detail::npy_header_bytes(npy_dtype_of<T>::value, {m.rows(), m.cols()});
+  detail::npy_string_sink sink{bytes};
+  detail::write_npy_rows<detail::npy_string_sink, T>(sink, m);
+  return bytes;
+}
+/// A 1-D array (any stride).
+template <class U>
+std::string serialize_npy(vector_view<U, host_memory> v) {
+  using T = std::remove_const_t<U>;
+  detail::check_npy_element<T>();
+  std::string bytes = detail::npy_header_bytes(npy_dtype_of<T>::value, {v.size()});
+  detail::npy_string_sink sink{bytes};
+  detail::write_npy_elements<detail::npy_string_sink, T>(sink, v);
+  return bytes;
+}
+
+/// Writes an N-d array (C order at `data`) to `path`, atomically: the bytes go to a temporary file in the
+/// same directory which is renamed over `path` only once complete. On any failure the temporary is
+/// removed, `path` is left as it was, and an io_error names the path and the cause.
+inline void write_npy(const std::string& path, npy_dtype dtype, const std::vector<index_t>& shape,
+                      const void* data) {
+  const index_t count = detail::checked_write_count("write_npy", dtype, shape, data);
+  const std::string header = detail::npy_header_bytes(dtype, shape);
+  detail::atomic_file_writer file(path, "write_npy");
+  file.write(header.data(), header.size());
+  file.write(data, static_cast<std::size_t>(count) * item_size(dtype));
+  file.commit();
+}
+inline void write_npy(const std::string& path, const npy_array& array) {
+  write_npy(path, array.dtype(), array.shape(), array.data());
+}
+/// Writes a rows x cols matrix (any row stride) atomically, as above.
+template <class U>
+void write_npy(const std::string& path, matrix_view<U, host_memory> m) {
+  using T = std::remove_const_t<U>;
+  detail::check_npy_element<T>();
+  const std::string header = detail::npy_header_bytes(npy_dtype_of<T>::value, {m.rows(), m.cols()});
+  detail::atomic_file_writer file(path, "write_npy");
+  file.write(header.data(), header.size());
+  detail::write_npy_rows<detail::atomic_file_writer, T>(file, m);
+  file.commit();
+}
+/// Writes a 1-D array (any stride) atomically, as above.
+template <class U>
+void write_npy(const std::string& path, vector_view<U, host_memory> v) {
+  using T = std::remove_const_t<U>;
+  detail::check_npy_element<T>();
+  const std::string header = detail::npy_header_bytes(npy_dtype_of<T>::value, {v.size()});
+  detail::atomic_file_writer file(path, "write_npy");
+  file.write(header.data(), header.size());
+  detail::write_npy_elements<detail::atomic_file_writer, T>(file, v);
+  file.commit();
+}
+
+}  // namespace io
+MOECOMP_NAMESPACE_END
