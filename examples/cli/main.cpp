@@ -1,0 +1,92 @@
+// moecomp: the command-line tool over .npy files. See docs/cli.md and ../shared/CLI.md for the contract:
+// exit 0 on success, 2 on bad usage or input (one "moecomp: error:" line), 1 on an internal failure.
+#include "cli.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+namespace moecomp_cli {
+
+extern const command pdist_command;
+
+const std::vector<command>& commands() {
+  static const std::vector<command> table = {pdist_command};
+  return table;
+}
+
+namespace {
+
+void print_help() {
+  std::cout << "moecomp " << MOECOMP_VERSION_STRING
+            << ": Mixture-of-Experts compression algorithms over .npy files\n\n"
+               "usage: moecomp COMMAND [ARGS] [-o OUT] [--json] [--dtype float32|float64] [--threads N]\n"
+               "       moecomp COMMAND --help\n       moecomp --version\n\ncommands:\n";
+  for (const auto& c : commands()) std::printf("  %-16s %s\n", c.spec.name.c_str(), c.spec.summary.c_str());
+  std::cout << "\nexit status: 0 success, 2 bad usage or input, 1 internal failure\n";
+}
+
+void print_command_help(const command_spec& spec) {
+  std::cout << "usage: moecomp " << spec.usage << "\n\n" << spec.summary << "\n\noptions:\n";
+  auto line = [](const option_spec& o) {
+    std::printf("  %-12s %s%s\n", o.name.c_str(), o.takes_value ? "VALUE  " : "       ", o.help.c_str());
+  };
+  for (const auto& o : spec.options) line(o);
+  line({"-o", true, "output .npy file (written atomically)"});
+  line({"--json", false, "one-line JSON summary on stdout, with \"seconds\" of the algorithm alone"});
+  line({"--dtype", true, "float32|float64 computation precision (default: the input's)"});
+  line({"--threads", true, "threads for moecomp's parallel loops (default 0: all)"});
+}
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+int fail(int status, const std::string& message) {
+  std::fprintf(stderr, "moecomp: error: %s\n", one_line(message).c_str());
+  return status;
+}
+
+}  // namespace
+}  // namespace moecomp_cli
+
+int main(int argc, char** argv) {
+  using namespace moecomp_cli;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    print_help();
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_help();
+    return 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "moecomp " << MOECOMP_VERSION_STRING << "\n";
+    return 0;
+  }
+  for (const auto& c : commands()) {
+    if (c.spec.name != args[0]) continue;
+    try {
+      const arguments parsed(c.spec, std::vector<std::string>(args.begin() + 1, args.end()));
+      if (parsed.help()) {
+        print_command_help(c.spec);
+        return 0;
+      }
+      return c.run(parsed);
+    } catch (const usage_error& e) {
+      return fail(2, e.what());
+    } catch (const moecomp::invalid_argument& e) {
+      return fail(2, e.what());
+    } catch (const moecomp::io_error& e) {
+      return fail(2, e.what());
+    } catch (const std::bad_alloc&) {
+      return fail(1, "out of memory");
+    } catch (const std::exception& e) {
+      return fail(1, std::string("internal failure: ") + e.what());
+    }
+  }
+  return fail(2, "unknown command '" + args[0] + "' (see moecomp --help)");
+}
