@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
@@ -20,16 +22,7 @@ using moecomp::index_t;
 using moecomp::matrix_view;
 using moecomp::vector_view;
 
-template <class F>
-std::string thrown_message(F&& f) {
-  try {
-    f();
-  } catch (const moecomp::invalid_argument& e) {
-    return e.what();
-  }
-  FAIL_CHECK("expected moecomp::invalid_argument");
-  return "";
-}
+using moecomp_test::thrown_message;
 
 DLDataType dtype(int code, int bits, int lanes = 1) {
   DLDataType t{};

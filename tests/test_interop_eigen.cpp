@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <Eigen/Core>
 
 #include <cmath>
@@ -22,16 +24,7 @@ using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::
 using RowMatrixXd = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // The message of the moecomp::invalid_argument `f` throws ("" and a failed check when it throws nothing).
-template <class F>
-std::string thrown_message(F&& f) {
-  try {
-    f();
-  } catch (const moecomp::invalid_argument& e) {
-    return e.what();
-  }
-  FAIL_CHECK("expected moecomp::invalid_argument");
-  return "";
-}
+using moecomp_test::thrown_message;
 
 // m(i, j) = 10 i + j: every element distinct and easy to name.
 template <class M>

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -19,16 +21,7 @@ using moecomp::index_t;
 using moecomp::matrix_view;
 using moecomp::vector_view;
 
-template <class F>
-std::string thrown_message(F&& f) {
-  try {
-    f();
-  } catch (const moecomp::invalid_argument& e) {
-    return e.what();
-  }
-  FAIL_CHECK("expected moecomp::invalid_argument");
-  return "";
-}
+using moecomp_test::thrown_message;
 
 // Whether as_matrix_view(C, 2, 2) / as_vector_view(C) compiles for an argument of type C.
 template <class C, class = void>

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xfixed.hpp>
@@ -25,16 +27,7 @@ using moecomp::vector_view;
 using shape2 = std::array<std::size_t, 2>;
 using strides2 = std::array<std::ptrdiff_t, 2>;
 
-template <class F>
-std::string thrown_message(F&& f) {
-  try {
-    f();
-  } catch (const moecomp::invalid_argument& e) {
-    return e.what();
-  }
-  FAIL_CHECK("expected moecomp::invalid_argument");
-  return "";
-}
+using moecomp_test::thrown_message;
 
 // x(i, j) = 10 i + j.
 template <class X>

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_support.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -22,20 +24,11 @@ namespace {
 
 constexpr index_t index_max = std::numeric_limits<index_t>::max();
 
-// Runs `make` and returns the message of the moecomp::invalid_argument it throws ("" if none).
-template <class F>
-std::string invalid_argument_message(F&& make) {
-  try {
-    make();
-  } catch (const moecomp::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
+using moecomp_test::thrown_message;
 
 #define CHECK_INVALID(expression, fragment)                                                           \
   do {                                                                                                \
-    const std::string message_ = invalid_argument_message([&] { (void)(expression); });              \
+    const std::string message_ = thrown_message([&] { (void)(expression); });              \
     INFO("message: ", message_);                                                                      \
     CHECK_MESSAGE(message_.find(fragment) != std::string::npos, "expected '", fragment, "' in the message"); \
   } while (0)

@@ -4,10 +4,10 @@
 // are computed (half the flops). Tiles run in parallel with OpenMP when it is enabled; each tile's GEMM is
 // a single-threaded kernel, so the result does not depend on the thread count.
 //
-// The tile kernel is Eigen's GEMM, or, when the including code defines MOECOMP_USE_CBLAS and links a
-// *sequential* CBLAS (e.g. Debian's libopenblas-serial-dev), cblas_sgemm / cblas_dgemm: about twice
-// Eigen's speed on AVX-512. moecomp never defines the macro for its consumers. A multi-threaded BLAS also
-// works, but then its threads and moecomp's tile threads compete for the cores.
+// The tile kernel is Eigen's GEMM, or, when the including code defines MOECOMP_USE_CBLAS and links a CBLAS,
+// cblas_sgemm / cblas_dgemm, called concurrently from the parallel tiles. That BLAS must be thread-safe and
+// run single-threaded inside an OpenMP parallel region, as OpenBLAS's OpenMP build does (Debian's serial
+// OpenBLAS is not thread-safe). moecomp never defines the macro for its consumers.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 
