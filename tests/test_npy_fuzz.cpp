@@ -110,7 +110,7 @@ generated_npy generate_valid(moecomp::random_generator& rng) {
     const char quote = rng.uniform_index(2) == 0 ? '\'' : '"';
     return quote + text + quote;
   };
-  std::string shape_text = "(" + space();
+  std::string shape_text = std::string("(") + space();
   for (std::size_t d = 0; d < ndim; ++d) {
     shape_text += std::to_string(result.shape[d]);
     if (major < 3 && rng.uniform_index(4) == 0) shape_text += "L";
@@ -127,7 +127,8 @@ generated_npy generate_valid(moecomp::random_generator& rng) {
     header += entries[i];
     if (i + 1 < entries.size() || rng.uniform_index(2) == 0) header += space() + "," + space();
   }
-  header += "}" + std::string(static_cast<std::size_t>(rng.uniform_index(70)), ' ');
+  header += '}';
+  header += std::string(static_cast<std::size_t>(rng.uniform_index(70)), ' ');
   if (rng.uniform_index(4) != 0) header += "\n";
   result.file = make_npy(major, header, data);
   return result;

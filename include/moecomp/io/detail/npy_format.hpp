@@ -320,7 +320,11 @@ class npy_header_parser {
 
   std::string describe_here() const {
     if (pos_ >= end_) return "the end of the header";
-    return "'" + printable(pos_, 1) + "'";
+    // built by appending: GCC 12 warns falsely (-Wrestrict, bug 105329) on "literal" + std::string&& in C++20
+    std::string quoted(1, '\'');
+    quoted += printable(pos_, 1);
+    quoted += '\'';
+    return quoted;
   }
 
   template <class... Args>
@@ -524,7 +528,9 @@ inline std::string npy_header_bytes(npy_dtype dtype, const std::vector<index_t>&
   std::string dict = "{'descr': '";
   dict += host_is_little_endian() ? '<' : '>';
   dict += codes[static_cast<int>(dtype)];
-  dict += "', 'fortran_order': False, 'shape': " + shape_repr(shape) + ", }";
+  dict += "', 'fortran_order': False, 'shape': ";
+  dict += shape_repr(shape);
+  dict += ", }";
   if (!shape.empty()) {
     constexpr std::size_t growth_digits = 21;
     const std::size_t digits = std::to_string(shape.front()).size();
