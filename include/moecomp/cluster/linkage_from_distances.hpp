@@ -1,0 +1,168 @@
+#pragma once
+// Agglomerative hierarchical clustering of a distance matrix (condensed or square) on the host: the part of
+// <moecomp/cluster/linkage.hpp> that needs no distance computation, and therefore no Eigen. The CUDA
+// overload (<moecomp/cuda/cluster/linkage.cuh>) includes this header alone. Documentation: docs/cluster.md.
+#include <moecomp/cluster/detail/linkage_common.hpp>
+#include <moecomp/cluster/detail/linkage_generic.hpp>
+#include <moecomp/cluster/detail/linkage_mst.hpp>
+#include <moecomp/cluster/detail/linkage_nn_chain.hpp>
+#include <moecomp/cluster/linkage_types.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/distance/distance_types.hpp>
+
+#include <algorithm>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace cluster {
+namespace detail {
+
+/// Runs `method` on a condensed working copy `d` of n >= 2 points (destroyed) and writes Z.
+inline void linkage_on_working_copy(const host_context& ctx, linkage_method method, index_t n, double* d,
+                                    matrix_view<double> z) {
+  host_workspace<merge_step> steps(ctx, static_cast<std::size_t>(n - 1));
+  if (method == linkage_method::single) {
+    host_workspace<index_t> row_base(ctx, static_cast<std::size_t>(n));
+    fill_row_bases(n, row_base.data());
+    const condensed_rows<double> rows{vector_view<const double>(d, distance::condensed_size(n)), row_base.data(),
+                                      ctx.threads()};
+    prim_single_linkage(ctx, n, rows, steps.data());
+    write_linkage_matrix(ctx, n, steps.data(), true, z);
+    return;
+  }
+  dispatch_method(method, [&](auto tag) {
+    constexpr linkage_method M = decltype(tag)::value;
+    if constexpr (is_monotone(M)) {
+      nn_chain_linkage<M>(ctx, n, d, steps.data());
+    } else {
+      condensed_oracle<M> oracle(ctx, n, d);
+      generic_linkage(ctx, n, oracle, steps.data());
+    }
+    write_linkage_matrix(ctx, n, steps.data(), is_monotone(M), z);
+  });
+}
+
+inline const char* undefined_distance_reason(distance::metric m) noexcept {
+  switch (m) {
+    case distance::metric::cosine: return "an all-zero row has no direction";
+    case distance::metric::correlation: return "a constant row has no direction";
+    default: break;
+  }
+  return "the squared distance overflowed";
+}
+
+[[noreturn]] inline void fail_nan_distance(const char* function, distance::metric m, index_t i, index_t j) {
+  MOECOMP_FAIL(error_kind::invalid_argument, function, ": the ", distance::to_string(m), " distance between points ",
+               i, " and ", j, " is NaN (", undefined_distance_reason(m), ")");
+}
+
+}  // namespace detail
+
+/// Z of a condensed distance vector (scipy pdist order) of length n (n - 1) / 2, float or double, any
+/// stride; entries must be >= 0 (+inf allowed), never NaN. params.metric is ignored. Length 0 means n = 1.
+/// Workspace: n (n - 1) / 2 doubles (none for single) plus O(n).
+template <class U, std::enable_if_t<detail::is_linkage_element_v<std::remove_const_t<U>>, int> = 0>
+void linkage_condensed(const host_context& ctx, const linkage_params& params, vector_view<U> condensed,
+                       matrix_view<double> z) {
+  using T = std::remove_const_t<U>;
+  const index_t length = condensed.size();
+  const index_t n = detail::points_from_condensed_length(length);
+  if (MOECOMP_UNLIKELY(n < 0)) {
+    index_t below = 1;
+    while (distance::condensed_size(below + 1) < length) ++below;
+    MOECOMP_FAIL(error_kind::invalid_argument,
+                 "linkage_condensed: condensed must have n (n - 1) / 2 elements for some number of points n, got ",
+                 length, " (", distance::condensed_size(below), " would be n = ", below, ", ",
+                 distance::condensed_size(below + 1), " would be n = ", below + 1, ")");
+  }
+  detail::check_z_shape("linkage_condensed", n, z);
+  const vector_view<const T> v = condensed;
+  const bool single = params.method == linkage_method::single;  // Prim only reads: no working copy
+  detail::working_distances d(ctx, single ? 0 : length);
+  if (const index_t bad = detail::copy_and_find_invalid(ctx, v, single ? nullptr : d.data()); bad >= 0) {
+    index_t i, j;
+    detail::condensed_pair(n, bad, i, j);
+    detail::check_distance_value("linkage_condensed", static_cast<double>(v[bad]), [&] {
+      return moecomp::detail::concat("condensed[", bad, "] (the distance between points ", i, " and ", j, ")");
+    });
+  }
+  if (n == 1) return;
+  if (single) {
+    detail::host_workspace<index_t> row_base(ctx, static_cast<std::size_t>(n));
+    detail::fill_row_bases(n, row_base.data());
+    detail::host_workspace<detail::merge_step> steps(ctx, static_cast<std::size_t>(n - 1));
+    detail::prim_single_linkage(ctx, n, detail::condensed_rows<T>{v, row_base.data(), ctx.threads()}, steps.data());
+    detail::write_linkage_matrix(ctx, n, steps.data(), true, z);
+    return;
+  }
+  detail::linkage_on_working_copy(ctx, params.method, n, d.data(), z);
+}
+
+/// Z of an n x n distance matrix (n >= 1): exactly symmetric, zero diagonal, entries >= 0 (+inf allowed),
+/// never NaN; float or double. params.metric is ignored. Workspace as linkage_condensed.
+template <class U, std::enable_if_t<detail::is_linkage_element_v<std::remove_const_t<U>>, int> = 0>
+void linkage_square(const host_context& ctx, const linkage_params& params, matrix_view<U> square,
+                    matrix_view<double> z) {
+  using T = std::remove_const_t<U>;
+  const index_t n = square.rows();
+  MOECOMP_EXPECTS(n >= 1 && square.cols() == n, "linkage_square: square must be n x n with n >= 1, got ",
+                  moecomp::detail::shape_string(n, square.cols()));
+  detail::check_z_shape("linkage_square", n, z);
+  const matrix_view<const T> s = square;
+  if (!detail::is_valid_square(ctx, s)) {  // find and name the first offending entry in row-major order
+    for (index_t i = 0; i < n; ++i) {
+      for (index_t j = 0; j < n; ++j) {
+        const double value = static_cast<double>(s(i, j));
+        detail::check_distance_value("linkage_square", value,
+                                     [&] { return moecomp::detail::concat("square(", i, ", ", j, ")"); });
+        MOECOMP_EXPECTS(i != j || value == 0.0, "linkage_square: the diagonal must be 0, got square(", i, ", ", i,
+                        ") = ", value);
+        if (j > i) {
+          const double mirror = static_cast<double>(s(j, i));
+          detail::check_distance_value("linkage_square", mirror,
+                                       [&] { return moecomp::detail::concat("square(", j, ", ", i, ")"); });
+          MOECOMP_EXPECTS(value == mirror, "linkage_square: square must be symmetric, got square(", i, ", ", j,
+                          ") = ", value, " but square(", j, ", ", i, ") = ", mirror);
+        }
+      }
+    }
+  }
+  if (n == 1) return;
+  if (params.method == linkage_method::single) {
+    detail::host_workspace<detail::merge_step> steps(ctx, static_cast<std::size_t>(n - 1));
+    detail::prim_single_linkage(ctx, n, detail::square_rows<T>{s, ctx.threads()}, steps.data());
+    detail::write_linkage_matrix(ctx, n, steps.data(), true, z);
+    return;
+  }
+  detail::working_distances d(ctx, distance::condensed_size(n));
+  double* out = d.data();
+  for (index_t i = 0; i < n; ++i) {
+    const T* row = s.row_ptr(i);
+    for (index_t j = i + 1; j < n; ++j) *out++ = static_cast<double>(row[j]);
+  }
+  detail::linkage_on_working_copy(ctx, params.method, n, d.data(), z);
+}
+
+// Convenience overloads returning Z as an owning (n - 1) x 4 matrix.
+
+template <class U, std::enable_if_t<detail::is_linkage_element_v<std::remove_const_t<U>>, int> = 0>
+host_matrix<double> linkage_condensed(const host_context& ctx, const linkage_params& params,
+                                      vector_view<U> condensed) {
+  const index_t n = detail::points_from_condensed_length(condensed.size());
+  host_matrix<double> z(std::max<index_t>(n - 1, 0), 4);
+  linkage_condensed(ctx, params, condensed, z.view());
+  return z;
+}
+
+
+template <class U, std::enable_if_t<detail::is_linkage_element_v<std::remove_const_t<U>>, int> = 0>
+host_matrix<double> linkage_square(const host_context& ctx, const linkage_params& params, matrix_view<U> square) {
+  host_matrix<double> z(std::max<index_t>(square.rows() - 1, 0), 4);
+  linkage_square(ctx, params, square, z.view());
+  return z;
+}
+
+}  // namespace cluster
+MOECOMP_NAMESPACE_END
