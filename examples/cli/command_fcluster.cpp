@@ -1,0 +1,78 @@
+// moecomp fcluster Z.npy (--maxclust K | --distance T) [-o labels.npy] [--json]: flat clusters from a linkage
+// matrix, as scipy.cluster.hierarchy.fcluster's 'maxclust' and 'distance' criteria, labels 0-based by first
+// appearance.
+#include "cli.hpp"
+
+#include <moecomp/cluster/fcluster.hpp>
+
+#include <sstream>
+
+namespace moecomp_cli {
+namespace {
+
+std::string shape_text(const std::vector<moecomp::index_t>& shape) {
+  std::ostringstream s;
+  s << "(";
+  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
+  s << (shape.size() == 1 ? ",)" : ")");
+  return s.str();
+}
+
+int fcluster(const arguments& args) {
+  using namespace moecomp;
+  const bool by_count = args.value("--maxclust").has_value(), by_height = args.value("--distance").has_value();
+  if (by_count == by_height)
+    throw usage_error(std::string("fcluster: give exactly one of --maxclust K and --distance T, got ") +
+                      (by_count ? "both" : "neither"));
+  const long long max_clusters = args.integer("--maxclust", 1);
+  if (max_clusters < 1)
+    throw usage_error("option --maxclust: expected an integer >= 1, got " + std::to_string(max_clusters));
+  const double height = args.number("--distance", 0.0);
+  const host_context ctx = make_context(args);
+  // The cut is exact bookkeeping on float64 Z whatever --dtype says; the option is still checked.
+  (void)choose_precision(args, io::npy_dtype::float64, "Z");
+
+  const std::string& path = args.positional()[0];
+  const io::npy_array input = read_operand(path);
+  if (input.ndim() != 2 || input.shape()[1] != 4)
+    throw usage_error(path + ": expected a linkage matrix of shape (n - 1, 4), got shape " + shape_text(input.shape()));
+  // Linkage matrices are float64 by contract; a float32 one is widened (its ids and sizes stay exact).
+  const host_matrix<double> z = load_float_matrix<double>(path, input, /*require_finite=*/false);
+  try {
+    cluster::validate_linkage(ctx, z.view());
+  } catch (const invalid_argument& e) {
+    throw usage_error(path + ": not a valid linkage matrix: " + e.what());
+  }
+
+  host_vector<std::int64_t> labels(z.rows() + 1);
+  const stopwatch timer;
+  const index_t clusters = by_count ? cluster::fcluster_maxclust(ctx, z.view(), max_clusters, labels.view())
+                                    : cluster::fcluster_distance(ctx, z.view(), height, labels.view());
+  const double seconds = timer.seconds();
+
+  if (const auto out = args.value("-o")) io::write_npy(*out, labels.const_view());
+  json_summary summary;
+  summary.add("command", std::string("fcluster"))
+      .add("n", static_cast<long long>(labels.size()))
+      .add("criterion", std::string(by_count ? "maxclust" : "distance"));
+  if (by_count)
+    summary.add("maxclust", max_clusters);
+  else
+    summary.add("distance", height);
+  report(args, summary.add("clusters", static_cast<long long>(clusters)).add("seconds", seconds));
+  return 0;
+}
+
+}  // namespace
+
+extern const command fcluster_command{
+    {"fcluster",
+     "flat clusters of a linkage matrix (scipy fcluster maxclust or distance), labels 0-based",
+     "fcluster Z.npy (--maxclust K | --distance T) [-o LABELS.npy] [--json]",
+     1,
+     1,
+     {{"--maxclust", true, "K >= 1: cut into exactly min(K, n) clusters (ties: lower Z row merged first)"},
+      {"--distance", true, "T: join points whose merge height (max over the subtree) is <= T"}}},
+    fcluster};
+
+}  // namespace moecomp_cli
