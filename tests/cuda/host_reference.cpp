@@ -1,5 +1,6 @@
 #include "host_reference.hpp"
 
+#include <moecomp/cluster/linkage.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
 
 namespace moecomp_test {
@@ -20,6 +21,16 @@ void host_pairwise_distances_condensed(const moecomp::distance::pairwise_distanc
                                        moecomp::matrix_view<const T> x, moecomp::vector_view<T> out) {
   moecomp::distance::pairwise_distances_condensed(moecomp::host_context(1), params, x, out);
 }
+template <class T>
+void host_linkage(const moecomp::cluster::linkage_params& params, moecomp::matrix_view<const T> points,
+                  moecomp::matrix_view<double> z) {
+  moecomp::cluster::linkage(moecomp::host_context(1), params, points, z);
+}
+template void host_linkage<float>(const moecomp::cluster::linkage_params&, moecomp::matrix_view<const float>,
+                                  moecomp::matrix_view<double>);
+template void host_linkage<double>(const moecomp::cluster::linkage_params&, moecomp::matrix_view<const double>,
+                                   moecomp::matrix_view<double>);
+
 #define MOECOMP_TEST_INSTANTIATE(T)                                                                            \
   template void host_pairwise_distances<T>(const moecomp::distance::pairwise_distance_params&,                \
                                            moecomp::matrix_view<const T>, moecomp::matrix_view<const T>,     \

@@ -26,3 +26,4 @@
 #include <moecomp/cuda/core/kernel.cuh>
 
 #include <moecomp/cuda/distance/pairwise_distance.cuh>
+#include <moecomp/cuda/cluster/linkage.cuh>
