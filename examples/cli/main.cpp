@@ -9,9 +9,23 @@
 namespace moecomp_cli {
 
 extern const command pdist_command;
+#if defined(MOECOMP_CLI_HAS_linkage)
+extern const command linkage_command;
+#endif
+#if defined(MOECOMP_CLI_HAS_fcluster)
+extern const command fcluster_command;
+#endif
 
 const std::vector<command>& commands() {
-  static const std::vector<command> table = {pdist_command};
+  static const std::vector<command> table = {
+      pdist_command,
+#if defined(MOECOMP_CLI_HAS_linkage)
+      linkage_command,
+#endif
+#if defined(MOECOMP_CLI_HAS_fcluster)
+      fcluster_command,
+#endif
+  };
   return table;
 }
 

@@ -15,3 +15,7 @@
 #include <moecomp/core/views.hpp>
 
 #include <moecomp/distance/pairwise_distance.hpp>
+
+#include <moecomp/cluster/fcluster.hpp>
+#include <moecomp/cluster/grouping.hpp>
+#include <moecomp/cluster/linkage.hpp>
