@@ -16,7 +16,8 @@ moecomp::host_matrix<double> points(index_t n, index_t d) {
   return x;
 }
 
-void from_points(benchmark::State& state, cluster::linkage_method method) {
+/// Points -> Z, through linkage() (O(n^2) memory) or linkage_low_memory() (O(n d)).
+void points_to_z(benchmark::State& state, cluster::linkage_method method, bool low_memory) {
   const index_t n = state.range(0), d = state.range(1);
   const auto x = points(n, d);
   moecomp::host_matrix<double> z(n - 1, 4);
@@ -24,10 +25,16 @@ void from_points(benchmark::State& state, cluster::linkage_method method) {
   params.method = method;
   const moecomp::host_context ctx;
   for (auto _ : state) {
-    cluster::linkage(ctx, params, x.view(), z.view());
+    if (low_memory) {
+      cluster::linkage_low_memory(ctx, params, x.view(), z.view());
+    } else {
+      cluster::linkage(ctx, params, x.view(), z.view());
+    }
     benchmark::DoNotOptimize(z.data());
   }
 }
+void from_points(benchmark::State& state, cluster::linkage_method method) { points_to_z(state, method, false); }
+void low_memory(benchmark::State& state, cluster::linkage_method method) { points_to_z(state, method, true); }
 
 void from_condensed(benchmark::State& state, cluster::linkage_method method) {
   const index_t n = state.range(0);
@@ -40,19 +47,6 @@ void from_condensed(benchmark::State& state, cluster::linkage_method method) {
   const moecomp::host_context ctx;
   for (auto _ : state) {
     cluster::linkage_condensed(ctx, params, y.const_view(), z.view());
-    benchmark::DoNotOptimize(z.data());
-  }
-}
-
-void low_memory(benchmark::State& state, cluster::linkage_method method) {
-  const index_t n = state.range(0), d = state.range(1);
-  const auto x = points(n, d);
-  moecomp::host_matrix<double> z(n - 1, 4);
-  cluster::linkage_params params;
-  params.method = method;
-  const moecomp::host_context ctx;
-  for (auto _ : state) {
-    cluster::linkage_low_memory(ctx, params, x.view(), z.view());
     benchmark::DoNotOptimize(z.data());
   }
 }
