@@ -20,7 +20,7 @@ void require_device() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   REQUIRE_MESSAGE((e == cudaSuccess && count > 0), "these tests need a CUDA device (cudaGetDeviceCount returned ",
-                  cudaGetErrorName(e), ", ", count, " devices)");
+                  std::string(cudaGetErrorName(e)), ", ", count, " devices): run them with `ctest -L cuda` on a GPU");
 }
 
 template <class T>

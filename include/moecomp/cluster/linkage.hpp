@@ -26,10 +26,7 @@ template <class U, std::enable_if_t<detail::is_linkage_element_v<std::remove_con
 void linkage(const host_context& ctx, const linkage_params& params, matrix_view<U> points, matrix_view<double> z) {
   using T = std::remove_const_t<U>;
   const index_t n = points.rows();
-  MOECOMP_EXPECTS(n >= 1, "linkage: points must have at least one row, got shape ",
-                  moecomp::detail::shape_string(n, points.cols()));
-  detail::check_z_shape("linkage", n, z);
-  detail::check_metric("linkage", params);
+  detail::check_points_input("linkage", n, points.cols(), params, z);
   const matrix_view<const T> x = points;
   detail::check_finite_points("linkage", x);
   if (n == 1) return;
@@ -64,10 +61,7 @@ void linkage_low_memory(const host_context& ctx, const linkage_params& params, m
                   to_string(m), " needs the full distance matrix; use linkage() (low-memory mode supports single, "
                   "ward, centroid and median)");
   const index_t n = points.rows();
-  MOECOMP_EXPECTS(n >= 1, "linkage_low_memory: points must have at least one row, got shape ",
-                  moecomp::detail::shape_string(n, points.cols()));
-  detail::check_z_shape("linkage_low_memory", n, z);
-  detail::check_metric("linkage_low_memory", params);
+  detail::check_points_input("linkage_low_memory", n, points.cols(), params, z);
   const matrix_view<const T> x = points;
   detail::check_finite_points("linkage_low_memory", x);
   if (n == 1) return;

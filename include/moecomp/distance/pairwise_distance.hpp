@@ -6,6 +6,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/detail/pairwise_distance_host.hpp>
+#include <moecomp/distance/detail/shape_checks.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
 #include <memory>
@@ -22,11 +23,7 @@ template <class T, class U, class V,
 void pairwise_distances(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
                         matrix_view<V> y, matrix_view<T> out) {
   detail::check_element_type<T>();
-  MOECOMP_EXPECTS(y.cols() == x.cols(), "pairwise_distances: y must have as many columns as x (", x.cols(),
-                  "), got y of shape ", moecomp::detail::shape_string(y.rows(), y.cols()));
-  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == y.rows(), "pairwise_distances: out must be ",
-                  moecomp::detail::shape_string(x.rows(), y.rows()), " (rows of x by rows of y), got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  detail::check_cross_shapes(x, y, out);
   const matrix_view<const T> xc = x, yc = y;
   detail::compute<T>(ctx, params, xc, &yc, [&](index_t i, index_t j0, const T* values, index_t count) {
     T* row = out.row_ptr(i) + j0;
@@ -39,10 +36,7 @@ template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<
 void pairwise_distances(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
                         matrix_view<T> out) {
   detail::check_element_type<T>();
-  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == x.rows(), "pairwise_distances: out must be ",
-                  moecomp::detail::shape_string(x.rows(), x.rows()), " for x of shape ",
-                  moecomp::detail::shape_string(x.rows(), x.cols()), ", got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  detail::check_square_shape(x, out);
   for (index_t i = 0; i < x.rows(); ++i) out(i, i) = T(0);
   const matrix_view<const T> xc = x;
   detail::compute<T>(ctx, params, xc, nullptr, [&](index_t i, index_t j0, const T* values, index_t count) {
@@ -59,9 +53,7 @@ void pairwise_distances_condensed(const host_context& ctx, const pairwise_distan
                                   matrix_view<U> x, vector_view<T> out) {
   detail::check_element_type<T>();
   const index_t n = x.rows();
-  MOECOMP_EXPECTS(out.size() == condensed_size(n), "pairwise_distances_condensed: out must have n (n - 1) / 2 = ",
-                  condensed_size(n), " elements for x of shape ", moecomp::detail::shape_string(n, x.cols()),
-                  ", got ", out.size());
+  detail::check_condensed_size(x, out);
   const matrix_view<const T> xc = x;
   detail::compute<T>(ctx, params, xc, nullptr, [&](index_t i, index_t j0, const T* values, index_t count) {
     T* first = out.ptr(condensed_index(n, i, j0));  // a row's pairs are consecutive in scipy's order

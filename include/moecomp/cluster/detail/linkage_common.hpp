@@ -334,6 +334,16 @@ inline void check_metric(const char* function, const linkage_params& params) {
                   "must be euclidean, got ", distance::to_string(params.metric));
 }
 
+/// The checks every point-input linkage makes before computing anything: at least one point, Z's shape,
+/// and a Euclidean metric for ward/centroid/median.
+inline void check_points_input(const char* function, index_t rows, index_t cols, const linkage_params& params,
+                               matrix_view<double> z) {
+  MOECOMP_EXPECTS(rows >= 1, function, ": points must have at least one row, got shape ",
+                  moecomp::detail::shape_string(rows, cols));
+  check_z_shape(function, rows, z);
+  check_metric(function, params);
+}
+
 /// A distance value must be a number >= 0 (+inf allowed). `where` streams the entry's position.
 template <class Where>
 inline void check_distance_value(const char* function, double value, Where&& where) {

@@ -30,10 +30,7 @@ void linkage(const cuda_context& ctx, const linkage_params& params, matrix_view<
              matrix_view<double> z, const host_context& host = host_context{}) {
   using T = std::remove_const_t<U>;
   const index_t n = points.rows();
-  MOECOMP_EXPECTS(n >= 1, "linkage: points must have at least one row, got shape ",
-                  moecomp::detail::shape_string(n, points.cols()));
-  detail::check_z_shape("linkage", n, z);
-  detail::check_metric("linkage", params);
+  detail::check_points_input("linkage", n, points.cols(), params, z);
   if (n == 1) return;
 
   const index_t count = distance::condensed_size(n);

@@ -24,6 +24,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/distance/detail/pairwise_distance_device.cuh>
+#include <moecomp/distance/detail/shape_checks.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
 #include <cstddef>
@@ -75,11 +76,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
                         matrix_view<U, device_memory> x, matrix_view<V, device_memory> y,
                         matrix_view<T, device_memory> out, vector_view<std::byte, device_memory> workspace) {
   cuda_detail::check_element_type<T>();
-  MOECOMP_EXPECTS(y.cols() == x.cols(), "pairwise_distances: y must have as many columns as x (", x.cols(),
-                  "), got y of shape ", moecomp::detail::shape_string(y.rows(), y.cols()));
-  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == y.rows(), "pairwise_distances: out must be ",
-                  moecomp::detail::shape_string(x.rows(), y.rows()), " (rows of x by rows of y), got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  distance::detail::check_cross_shapes(x, y, out);
   const auto plan =
       cuda_detail::make_plan<T>(cuda_detail::output_form::cross, params.metric, x.rows(), y.rows(), x.cols());
   if (plan.empty) return;
@@ -98,11 +95,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
                         matrix_view<T, device_memory> out) {
   cuda_detail::check_element_type<T>();
   // Validate before allocating: the same checks and messages as the workspace overload.
-  MOECOMP_EXPECTS(y.cols() == x.cols(), "pairwise_distances: y must have as many columns as x (", x.cols(),
-                  "), got y of shape ", moecomp::detail::shape_string(y.rows(), y.cols()));
-  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == y.rows(), "pairwise_distances: out must be ",
-                  moecomp::detail::shape_string(x.rows(), y.rows()), " (rows of x by rows of y), got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  distance::detail::check_cross_shapes(x, y, out);
   const std::size_t bytes = pairwise_distances_workspace_size<T>(params, x.rows(), y.rows(), x.cols());
   const cuda_detail::scoped_workspace workspace(ctx, bytes);
   pairwise_distances(ctx, params, x, y, out,
@@ -116,10 +109,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out,
                         vector_view<std::byte, device_memory> workspace) {
   cuda_detail::check_element_type<T>();
-  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == x.rows(), "pairwise_distances: out must be ",
-                  moecomp::detail::shape_string(x.rows(), x.rows()), " for x of shape ",
-                  moecomp::detail::shape_string(x.rows(), x.cols()), ", got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  distance::detail::check_square_shape(x, out);
   const auto plan =
       cuda_detail::make_plan<T>(cuda_detail::output_form::square, params.metric, x.rows(), x.rows(), x.cols());
   if (plan.empty) return;
@@ -135,10 +125,7 @@ template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out) {
   cuda_detail::check_element_type<T>();
-  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == x.rows(), "pairwise_distances: out must be ",
-                  moecomp::detail::shape_string(x.rows(), x.rows()), " for x of shape ",
-                  moecomp::detail::shape_string(x.rows(), x.cols()), ", got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  distance::detail::check_square_shape(x, out);
   const std::size_t bytes = pairwise_distances_workspace_size<T>(params, x.rows(), x.cols());
   const cuda_detail::scoped_workspace workspace(ctx, bytes);
   pairwise_distances(ctx, params, x, out,
@@ -154,9 +141,7 @@ void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distan
                                   vector_view<std::byte, device_memory> workspace) {
   cuda_detail::check_element_type<T>();
   const index_t n = x.rows();
-  MOECOMP_EXPECTS(out.size() == condensed_size(n), "pairwise_distances_condensed: out must have n (n - 1) / 2 = ",
-                  condensed_size(n), " elements for x of shape ", moecomp::detail::shape_string(n, x.cols()),
-                  ", got ", out.size());
+  distance::detail::check_condensed_size(x, out);
   const auto plan = cuda_detail::make_plan<T>(cuda_detail::output_form::condensed, params.metric, n, n, x.cols());
   if (plan.empty) return;
   cuda_detail::check_blas_limits("pairwise_distances_condensed", n, n, x.cols(), plan.prepared_ld, plan.gram_ld);
@@ -171,9 +156,7 @@ void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distan
                                   matrix_view<U, device_memory> x, vector_view<T, device_memory> out) {
   cuda_detail::check_element_type<T>();
   const index_t n = x.rows();
-  MOECOMP_EXPECTS(out.size() == condensed_size(n), "pairwise_distances_condensed: out must have n (n - 1) / 2 = ",
-                  condensed_size(n), " elements for x of shape ", moecomp::detail::shape_string(n, x.cols()),
-                  ", got ", out.size());
+  distance::detail::check_condensed_size(x, out);
   const std::size_t bytes = pairwise_distances_condensed_workspace_size<T>(params, n, x.cols());
   const cuda_detail::scoped_workspace workspace(ctx, bytes);
   pairwise_distances_condensed(
