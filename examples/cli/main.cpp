@@ -15,6 +15,21 @@ extern const command linkage_command;
 #if defined(MOECOMP_CLI_HAS_fcluster)
 extern const command fcluster_command;
 #endif
+#if defined(MOECOMP_CLI_HAS_assign)
+extern const command assign_command;
+#endif
+#if defined(MOECOMP_CLI_HAS_emd)
+extern const command emd_command;
+#endif
+#if defined(MOECOMP_CLI_HAS_sinkhorn)
+extern const command sinkhorn_command;
+#endif
+#if defined(MOECOMP_CLI_HAS_barycenter_free)
+extern const command barycenter_free_command;
+#endif
+#if defined(MOECOMP_CLI_HAS_barycenter_fixed)
+extern const command barycenter_fixed_command;
+#endif
 
 const std::vector<command>& commands() {
   static const std::vector<command> table = {
@@ -24,6 +39,21 @@ const std::vector<command>& commands() {
 #endif
 #if defined(MOECOMP_CLI_HAS_fcluster)
       fcluster_command,
+#endif
+#if defined(MOECOMP_CLI_HAS_assign)
+      assign_command,
+#endif
+#if defined(MOECOMP_CLI_HAS_emd)
+      emd_command,
+#endif
+#if defined(MOECOMP_CLI_HAS_sinkhorn)
+      sinkhorn_command,
+#endif
+#if defined(MOECOMP_CLI_HAS_barycenter_free)
+      barycenter_free_command,
+#endif
+#if defined(MOECOMP_CLI_HAS_barycenter_fixed)
+      barycenter_fixed_command,
 #endif
   };
   return table;
