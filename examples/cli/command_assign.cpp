@@ -1,7 +1,7 @@
 // moecomp assign C.npy [--maximize] [--method jv|auction] [--epsilon E] [-o COLS.npy] [--json]: linear
 // assignment (scipy.optimize.linear_sum_assignment's problem) of the n rows of an n x m cost (n <= m) to
 // distinct columns. Output: int64 length n, the column of each row. +inf costs (-inf with --maximize) are
-// forbidden pairs; an infeasible problem is reported in "status" (exit 0, a warning on stderr, all -1).
+// forbidden pairs; an infeasible problem exits 2 with one error line and writes nothing, as `emd` does.
 #include "cli.hpp"
 
 #include <moecomp/ot/auction_assignment.hpp>
@@ -75,9 +75,10 @@ int assign(const arguments& args) {
   host_vector<std::int64_t> cols;
   const assign_outcome r = prec == precision::float32 ? run_assign<float>(args, input, path, auction, cols)
                                                       : run_assign<double>(args, input, path, auction, cols);
+  // As scipy (ValueError) and `moecomp emd`: a problem without a feasible answer is bad input, so no file.
   if (r.status == status::infeasible)
-    std::fprintf(stderr, "moecomp: warning: %s: no complete assignment avoids the forbidden pairs (status infeasible; "
-                 "every row gets -1)\n", path.c_str());
+    throw usage_error(path + ": no feasible assignment: every complete assignment uses a forbidden (" +
+                      (args.flag("--maximize") ? "-inf" : "+inf") + ") pair");
   if (const auto out = args.value("-o")) io::write_npy(*out, cols.const_view());
   json_summary summary;
   summary.add("command", std::string("assign"))
