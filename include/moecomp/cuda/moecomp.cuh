@@ -19,6 +19,9 @@
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/distance_types.hpp>
+#include <moecomp/ot/free_support_barycenter_types.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
+#include <moecomp/ot/sinkhorn_types.hpp>
 
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/device_buffer.cuh>
@@ -27,3 +30,6 @@
 
 #include <moecomp/cuda/distance/pairwise_distance.cuh>
 #include <moecomp/cuda/cluster/linkage.cuh>
+#include <moecomp/cuda/ot/auction_assignment.cuh>
+#include <moecomp/cuda/ot/free_support_barycenter.cuh>
+#include <moecomp/cuda/ot/sinkhorn.cuh>

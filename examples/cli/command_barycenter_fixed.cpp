@@ -1,0 +1,129 @@
+// moecomp barycenter-fixed A.npy M.npy --reg R [--weights w.npy] [--log-domain] [--max-iter N] [--tol T]
+// [-o bary.npy] [--json]: entropic barycenter of the histograms in the columns of A on a fixed support, as
+// POT's ot.bregman.barycenter (method 'sinkhorn', or 'sinkhorn_log' with --log-domain).
+#include "cli.hpp"
+
+#include <moecomp/ot/fixed_support_barycenter.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+namespace moecomp_cli {
+namespace {
+
+std::string shape_text(const std::vector<moecomp::index_t>& shape) {
+  std::ostringstream s;
+  s << "(";
+  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
+  s << (shape.size() == 1 ? ",)" : ")");
+  return s.str();
+}
+
+/// Histogram weights from --weights: 1-D, k finite entries >= 0 summing to 1 (within 1e-6).
+std::vector<double> load_weights(const std::string& path, moecomp::index_t k) {
+  using namespace moecomp;
+  const io::npy_array array = read_operand(path);
+  if (array.dtype() != io::npy_dtype::float32 && array.dtype() != io::npy_dtype::float64)
+    throw usage_error("option --weights: " + path + ": dtype " + io::to_string(array.dtype()) +
+                      " is not accepted here, expected float32 or float64");
+  if (array.ndim() != 1 || array.shape()[0] != k)
+    throw usage_error("option --weights: " + path + ": expected shape (" + std::to_string(k) + ",) for " +
+                      std::to_string(k) + " histograms, got shape " + shape_text(array.shape()));
+  const host_vector<double> w = array.to_vector<double>();
+  double sum = 0.0;
+  for (index_t j = 0; j < k; ++j) {
+    if (!(std::isfinite(w[j]) && w[j] >= 0.0)) {
+      std::ostringstream m;
+      m << "option --weights: " << path << ": entries must be finite and >= 0, got " << w[j] << " at index " << j;
+      throw usage_error(m.str());
+    }
+    sum += w[j];
+  }
+  if (std::abs(sum - 1.0) > 1e-6) {
+    std::ostringstream m;
+    m.precision(17);
+    m << "option --weights: " << path << ": entries must sum to 1 (within 1e-6), got " << sum;
+    throw usage_error(m.str());
+  }
+  return std::vector<double>(w.storage().begin(), w.storage().end());
+}
+
+template <class T>
+int run_barycenter_fixed(const arguments& args, const std::vector<moecomp::io::npy_array>& inputs) {
+  using namespace moecomp;
+  const std::vector<std::string>& paths = args.positional();
+  const host_matrix<T> histograms = load_float_matrix<T>(paths[0], inputs[0], /*require_finite=*/true);
+  const host_matrix<T> cost = load_float_matrix<T>(paths[1], inputs[1], /*require_finite=*/true);
+  const index_t n = histograms.rows(), k = histograms.cols();
+  if (n < 1 || k < 1)
+    throw usage_error(paths[0] + ": expected n x k histograms as columns with n, k >= 1, got shape " +
+                      shape_text(inputs[0].shape()));
+  if (cost.rows() != n || cost.cols() != n)
+    throw usage_error(paths[1] + ": expected shape " + shape_text({n, n}) + " (n = rows of " + paths[0] + "), got " +
+                      shape_text(inputs[1].shape()));
+  std::vector<double> weights(static_cast<std::size_t>(k), 1.0 / static_cast<double>(k));
+  if (const auto w = args.value("--weights")) weights = load_weights(*w, k);
+
+  ot::fixed_support_barycenter_params params;
+  if (!args.value("--reg")) throw usage_error("option --reg: required (absolute regularisation, > 0)");
+  params.reg = args.number("--reg", 0.0);
+  if (!(std::isfinite(params.reg) && params.reg > 0))
+    throw usage_error("option --reg: expected a finite number > 0, got " + args.value_or("--reg", ""));
+  const long long max_iter = args.integer("--max-iter", 10000);
+  if (max_iter < 1) throw usage_error("option --max-iter: expected an integer >= 1, got " + std::to_string(max_iter));
+  params.max_iterations = max_iter;
+  params.tolerance = args.number("--tol", 1e-4);
+  if (!(std::isfinite(params.tolerance) && params.tolerance >= 0))
+    throw usage_error("option --tol: expected a finite number >= 0, got " + args.value_or("--tol", ""));
+  params.log_domain = args.flag("--log-domain");
+  const host_context ctx = make_context(args);
+
+  std::vector<T> weights_t(weights.begin(), weights.end());
+  host_vector<T> barycenter(n);
+  const stopwatch timer;
+  const ot::fixed_support_barycenter_result result =
+      ot::fixed_support_barycenter(ctx, params, histograms.const_view(), cost.const_view(),
+                                   vector_view<const T>(weights_t.data(), k), barycenter.view());
+  const double seconds = timer.seconds();
+  if (const auto out = args.value("-o")) io::write_npy(*out, barycenter.const_view());
+  report(args, json_summary()
+                   .add("command", std::string("barycenter-fixed"))
+                   .add("n", static_cast<long long>(n))
+                   .add("k", static_cast<long long>(k))
+                   .add("dtype", std::string(std::is_same_v<T, float> ? "float32" : "float64"))
+                   .add("log_domain", params.log_domain)
+                   .add("iterations", static_cast<long long>(result.iterations))
+                   .add("residual", result.residual)
+                   .add("converged", result.converged)
+                   .add("status", std::string(moecomp::to_string(result.status)))
+                   .add("seconds", seconds));
+  return 0;
+}
+
+int barycenter_fixed(const arguments& args) {
+  using namespace moecomp;
+  std::vector<io::npy_array> inputs;
+  for (const std::string& path : args.positional()) inputs.push_back(read_operand(path));
+  return choose_precision(args, inputs[1].dtype(), args.positional()[1]) == precision::float32
+             ? run_barycenter_fixed<float>(args, inputs)
+             : run_barycenter_fixed<double>(args, inputs);
+}
+
+}  // namespace
+
+extern const command barycenter_fixed_command{
+    {"barycenter-fixed",
+     "entropic barycenter of histograms on a fixed support (POT ot.bregman.barycenter)",
+     "barycenter-fixed A.npy M.npy --reg R [--weights w.npy] [--log-domain] [--max-iter N] [--tol T] "
+     "[-o BARY.npy] [--json]",
+     2,
+     2,
+     {{"--reg", true, "R > 0: absolute entropic regularisation, as POT's reg (required)"},
+      {"--weights", true, "k histogram weights, >= 0, summing to 1 (default uniform)"},
+      {"--log-domain", false, "iterate on log scalings (POT method 'sinkhorn_log'), stable for small R"},
+      {"--max-iter", true, "N >= 1 iterations at most (default 10000, POT numItermax)"},
+      {"--tol", true, "stop when sum_i std_k of the plans' marginals < T (default 1e-4, POT stopThr)"}}},
+    barycenter_fixed};
+
+}  // namespace moecomp_cli

@@ -1,0 +1,116 @@
+// moecomp sinkhorn a.npy b.npy M.npy --reg R [--method plain|log|stabilized|epsilon_scaling] [--tol T]
+// [--max-iter N] [--check-every K] [-o plan.npy] [--json]: entropic OT plan as POT's ot.sinkhorn.
+#include "cli.hpp"
+
+#include <moecomp/ot/sinkhorn.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+namespace moecomp_cli {
+namespace {
+
+std::string shape_text(const std::vector<moecomp::index_t>& shape) {
+  std::ostringstream s;
+  s << "(";
+  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
+  s << (shape.size() == 1 ? ",)" : ")");
+  return s.str();
+}
+
+/// A 1-D float histogram operand, converted to T.
+template <class T>
+moecomp::host_vector<T> load_histogram(const std::string& path, const moecomp::io::npy_array& array) {
+  using namespace moecomp;
+  if (array.dtype() != io::npy_dtype::float32 && array.dtype() != io::npy_dtype::float64)
+    throw usage_error(path + ": dtype " + io::to_string(array.dtype()) +
+                      " is not accepted here, expected float32 or float64");
+  if (array.ndim() != 1)
+    throw usage_error(path + ": expected a 1-D histogram, got shape " + shape_text(array.shape()));
+  return array.to_vector<T>();
+}
+
+template <class T>
+int run_sinkhorn(const arguments& args, const std::vector<moecomp::io::npy_array>& inputs) {
+  using namespace moecomp;
+  const std::vector<std::string>& paths = args.positional();
+  const host_vector<T> a = load_histogram<T>(paths[0], inputs[0]);
+  const host_vector<T> b = load_histogram<T>(paths[1], inputs[1]);
+  const host_matrix<T> cost = load_float_matrix<T>(paths[2], inputs[2], /*require_finite=*/true);
+  if (cost.rows() != a.size() || cost.cols() != b.size())
+    throw usage_error(paths[2] + ": expected shape " + shape_text({a.size(), b.size()}) + " (len(a), len(b)), got " +
+                      shape_text(inputs[2].shape()));
+
+  ot::sinkhorn_params params;
+  if (!args.value("--reg")) throw usage_error("option --reg: required (absolute regularisation, > 0)");
+  params.reg = args.number("--reg", 0.0);
+  if (!(std::isfinite(params.reg) && params.reg > 0))
+    throw usage_error("option --reg: expected a finite number > 0, got " + args.value_or("--reg", ""));
+  try {
+    params.method = ot::parse_sinkhorn_method(args.value_or("--method", "plain"));
+  } catch (const invalid_argument& e) {
+    throw usage_error(std::string("option --") + e.what());
+  }
+  const long long max_iter = args.integer("--max-iter", 1000);
+  if (max_iter < 1) throw usage_error("option --max-iter: expected an integer >= 1, got " + std::to_string(max_iter));
+  params.max_iterations = max_iter;
+  params.tolerance = args.number("--tol", 1e-9);
+  if (!(std::isfinite(params.tolerance) && params.tolerance >= 0))
+    throw usage_error("option --tol: expected a finite number >= 0, got " + args.value_or("--tol", ""));
+  // POT's sinkhorn_stabilized tests its error every 20 iterations (print_period), the others every 10.
+  const long long check_every =
+      args.integer("--check-every", params.method == ot::sinkhorn_method::stabilized ? 20 : 10);
+  if (check_every < 1)
+    throw usage_error("option --check-every: expected an integer >= 1, got " + std::to_string(check_every));
+  params.check_every = check_every;
+  const host_context ctx = make_context(args);
+
+  host_matrix<T> plan(a.size(), b.size());
+  const stopwatch timer;
+  const ot::sinkhorn_result result = ot::sinkhorn(ctx, params, vector_view<const T>(a.data(), a.size()),
+                                                  vector_view<const T>(b.data(), b.size()), cost.const_view(),
+                                                  plan.view());
+  const double seconds = timer.seconds();
+  if (const auto out = args.value("-o")) io::write_npy(*out, plan.const_view());
+  report(args, json_summary()
+                   .add("command", std::string("sinkhorn"))
+                   .add("n", static_cast<long long>(a.size()))
+                   .add("m", static_cast<long long>(b.size()))
+                   .add("dtype", std::string(std::is_same_v<T, float> ? "float32" : "float64"))
+                   .add("method", std::string(ot::to_string(params.method)))
+                   .add("cost", result.cost)
+                   .add("iterations", static_cast<long long>(result.iterations))
+                   .add("converged", result.converged)
+                   .add("marginal_error", result.marginal_error)
+                   .add("status", std::string(moecomp::to_string(result.status)))
+                   .add("seconds", seconds));
+  return 0;
+}
+
+int sinkhorn(const arguments& args) {
+  using namespace moecomp;
+  std::vector<io::npy_array> inputs;
+  for (const std::string& path : args.positional()) inputs.push_back(read_operand(path));
+  return choose_precision(args, inputs[2].dtype(), args.positional()[2]) == precision::float32
+             ? run_sinkhorn<float>(args, inputs)
+             : run_sinkhorn<double>(args, inputs);
+}
+
+}  // namespace
+
+extern const command sinkhorn_command{
+    {"sinkhorn",
+     "entropic OT plan (POT ot.sinkhorn: sinkhorn_knopp, sinkhorn_log, sinkhorn_stabilized, epsilon scaling)",
+     "sinkhorn a.npy b.npy M.npy --reg R [--method plain|log|stabilized|epsilon_scaling] [--tol T] [--max-iter N] "
+     "[--check-every K] [-o PLAN.npy] [--json]",
+     3,
+     3,
+     {{"--reg", true, "R > 0: absolute entropic regularisation, as POT's reg (required)"},
+      {"--method", true, "plain|log|stabilized|epsilon_scaling (default plain = POT sinkhorn_knopp)"},
+      {"--tol", true, "stop when ||P^T 1 - b||_2 < T (default 1e-9, POT stopThr)"},
+      {"--max-iter", true, "N >= 1 iterations at most (default 1000, POT numItermax)"},
+      {"--check-every", true, "K >= 1: test the error every K iterations (default as POT: 20 for stabilized, else 10)"}}},
+    sinkhorn};
+
+}  // namespace moecomp_cli

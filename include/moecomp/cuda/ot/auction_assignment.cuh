@@ -1,0 +1,178 @@
+#pragma once
+// Linear assignment by the auction algorithm on the device: the device overloads of
+// <moecomp/ot/auction_assignment.hpp>'s auction_assignment, taking a cuda_context and device views.
+//
+// Problem and parameters as on the host (<moecomp/ot/linear_assignment_types.hpp>): cost n x m, n <= m,
+// minimise (or maximise) sum_i C(i, col(i)); the epsilon schedule and its automatic values are the host's
+// (final epsilon 1 / (m + 1) for integer costs: exact; otherwise range / (1e6 m)), and the answer is
+// within gap_bound = m * final epsilon of the optimum. Differences from the host solver:
+//  * Jacobi (parallel) bidding: every unassigned row bids in every round, one warp per row; conflicts go to
+//    the highest bid, then the lowest row. Deterministic, but the bid sequence, and so the assignment among
+//    near-optimal ones, can differ from the host's (both are within the bound).
+//  * Rectangular problems are padded with m - n dummy rows of benefit 0 (no storage).
+//  * Costs must be finite: forbidden pairs (+-inf) need the host solver (invalid_argument here).
+//  * max_bids is tested after every batch of rounds (up to 64 rounds), so a run may exceed it by those bids.
+//
+// Asynchrony: the call SYNCHRONISES ctx.stream (it reads the cost statistics and, every few rounds, the
+// number of unassigned rows), and returns the result on the host; row_to_column (and column_price) are
+// device memory, ready when the call returns.
+//
+// Workspace: about 40 m bytes plus 20 KiB (`auction_assignment_workspace_size`); without a workspace
+// argument it comes from ctx's allocator.
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/cuda/core/context.cuh>
+#include <moecomp/cuda/core/error.cuh>
+#include <moecomp/cuda/ot/detail/auction_device.cuh>
+#include <moecomp/cuda/ot/detail/ot_device_common.cuh>
+#include <moecomp/ot/linear_assignment_types.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace ot {
+namespace cuda_detail {
+
+inline auction_plan make_assignment_plan(index_t m, bool own_prices, std::size_t& bytes) {
+  workspace_layout layout("auction_assignment");
+  auction_plan plan = make_auction_plan("auction_assignment", m, own_prices, layout);
+  bytes = layout.total();
+  return plan;
+}
+
+template <class C>
+void check_assignment_shapes(const char* function, const C& cost, index_t row_to_column, index_t prices) {
+  const index_t n = cost.rows(), m = cost.cols();
+  MOECOMP_EXPECTS(n <= m, function, ": cost must have at most as many rows as columns (n <= m), got ",
+                  moecomp::detail::shape_string(n, m));
+  MOECOMP_EXPECTS(row_to_column == n, function, ": row_to_column must have ", n, " elements (one per cost row), got ",
+                  row_to_column);
+  MOECOMP_EXPECTS(prices < 0 || prices == m, function, ": column_price must have ", m,
+                  " elements (one per cost column), got ", prices);
+  check_int_extent(function, "the number of columns", m);
+}
+
+/// The whole device auction on cost (n x m); `prices`: the caller's column prices, or null (own, zeroed).
+template <class T>
+auction_result run_assignment(const cuda_context& ctx, const auction_params& params,
+                              matrix_view<const T, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
+                              double* prices, std::byte* workspace) {
+  constexpr const char* function = "auction_assignment";
+  const index_t n = cost.rows(), m = cost.cols();
+  auction_result result;
+  std::size_t bytes = 0;
+  const auction_plan plan = make_assignment_plan(m, prices == nullptr, bytes);
+  std::byte* base = aligned_base(workspace);
+  const auction_state state = auction_state_at(base, plan, prices);
+  const auction_matrix<T> a{cost.data(), cost.row_stride(), static_cast<int>(n), static_cast<int>(m),
+                            params.maximize ? 1.0 : -1.0};
+  const cost_statistics stats = cost_statistics_of<T>(ctx, a, plan, base);
+  check_finite_costs(function, stats);
+  const bool integer = stats.non_integer == 0;
+  const double range = n > 0 ? stats.max - stats.min : 0.0;
+  const epsilon_schedule schedule = make_epsilon_schedule(params, m, range, integer);
+  if (prices == nullptr || !params.warm_start) {
+    fill_zero_kernel<<<grid_for(m, auction_block), auction_block, 0, ctx.stream>>>(state.price, static_cast<int>(m));
+    MOECOMP_CUDA_CHECK_LAUNCH();
+  }
+  const pinned_scalars<auction_readback> readback(1);
+  const auction_outcome outcome = run_auction_phases<T>(ctx, params, a, state, schedule, readback);
+  auto* total = at<double>(base, plan.total);
+  auction_finish_kernel<T><<<1, auction_block, 0, ctx.stream>>>(a, state.assigned, row_to_column.data(),
+                                                                 row_to_column.stride(), total);
+  MOECOMP_CUDA_CHECK_LAUNCH();
+  MOECOMP_CUDA_TRY(cudaMemcpyAsync(&readback[0].total, total, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
+  MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
+  result.cost = readback[0].total;
+  result.bids = outcome.bids;
+  result.phases = outcome.phases;
+  result.status = outcome.status;
+  result.gap_bound = outcome.status == moecomp::status::ok ? static_cast<double>(m) * schedule.final
+                                                           : std::numeric_limits<double>::infinity();
+  return result;
+}
+
+}  // namespace cuda_detail
+
+/// Workspace bytes for auction_assignment on an n x m cost (element type T); the overloads with
+/// column_price need the same.
+template <class T>
+std::size_t auction_assignment_workspace_size(index_t n, index_t m) {
+  cuda_detail::check_element_type<T>();
+  MOECOMP_EXPECTS(n >= 0 && m >= 0, "auction_assignment_workspace_size: shapes must be non-negative, got n ", n,
+                  ", m ", m);
+  if (n == 0) return 0;
+  std::size_t bytes = 0;
+  (void)cuda_detail::make_assignment_plan(m, true, bytes);
+  return bytes;
+}
+
+/// row_to_column[i] = the column of row i (device, n elements); returns the result (on the host).
+/// cost: n x m device view of const or mutable T. Synchronises ctx.stream.
+template <class U, class T = std::remove_const_t<U>,
+          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
+                                  matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
+                                  vector_view<std::byte, device_memory> workspace) {
+  constexpr const char* function = "auction_assignment";
+  cuda_detail::check_auction_params(function, params);
+  cuda_detail::check_assignment_shapes(function, cost, row_to_column.size(), -1);
+  MOECOMP_EXPECTS(!params.warm_start, function,
+                  ": params.warm_start needs starting prices: use the overload with column_price");
+  if (cost.rows() == 0) return auction_result{};
+  cuda_detail::check_workspace(function, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()), workspace);
+  return cuda_detail::run_assignment<T>(ctx, params, cost, row_to_column, nullptr, workspace.data());
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class U, class T = std::remove_const_t<U>,
+          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
+                                  matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column) {
+  constexpr const char* function = "auction_assignment";
+  cuda_detail::check_auction_params(function, params);
+  cuda_detail::check_assignment_shapes(function, cost, row_to_column.size(), -1);
+  MOECOMP_EXPECTS(!params.warm_start, function,
+                  ": params.warm_start needs starting prices: use the overload with column_price");
+  const cuda_detail::scoped_workspace workspace(ctx, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()));
+  return auction_assignment(ctx, params, cost, row_to_column, workspace.view());
+}
+
+/// With the column prices (device, m doubles, in benefit units: -cost when minimising): read as the
+/// starting prices when params.warm_start (otherwise started from 0), and overwritten with the final prices.
+template <class U, class T = std::remove_const_t<U>,
+          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
+                                  matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
+                                  vector_view<double, device_memory> column_price,
+                                  vector_view<std::byte, device_memory> workspace) {
+  constexpr const char* function = "auction_assignment";
+  cuda_detail::check_auction_params(function, params);
+  cuda_detail::check_assignment_shapes(function, cost, row_to_column.size(), column_price.size());
+  MOECOMP_EXPECTS(column_price.is_contiguous(), function, ": column_price must be contiguous (stride 1), got stride ",
+                  column_price.stride());
+  if (cost.rows() == 0) return auction_result{};
+  cuda_detail::check_workspace(function, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()), workspace);
+  return cuda_detail::run_assignment<T>(ctx, params, cost, row_to_column, column_price.data(), workspace.data());
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class U, class T = std::remove_const_t<U>,
+          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
+                                  matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
+                                  vector_view<double, device_memory> column_price) {
+  constexpr const char* function = "auction_assignment";
+  cuda_detail::check_auction_params(function, params);
+  cuda_detail::check_assignment_shapes(function, cost, row_to_column.size(), column_price.size());
+  const cuda_detail::scoped_workspace workspace(ctx, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()));
+  return auction_assignment(ctx, params, cost, row_to_column, column_price, workspace.view());
+}
+
+}  // namespace ot
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,99 @@
+#pragma once
+// Argument checks of Sinkhorn and the fixed-support barycenter, shared by the host and device overloads.
+// Every message names the function and the argument and gives the expected and the actual value.
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/ot/sinkhorn_types.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace ot {
+namespace detail {
+
+/// An input view element type U fits the computation type T (T or const T).
+template <class U, class T>
+inline constexpr bool is_input_of_v = std::is_same_v<std::remove_const_t<U>, T>;
+
+template <class T>
+constexpr void check_sinkhorn_element_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "moecomp::ot: Sinkhorn and barycenters support float and double");
+}
+
+inline void check_sinkhorn_params(const char* function, const sinkhorn_params& p) {
+  MOECOMP_EXPECTS(std::isfinite(p.reg) && p.reg > 0, function, ": params.reg must be finite and > 0, got ", p.reg);
+  MOECOMP_EXPECTS(p.max_iterations >= 1, function, ": params.max_iterations must be >= 1, got ", p.max_iterations);
+  MOECOMP_EXPECTS(std::isfinite(p.tolerance) && p.tolerance >= 0, function,
+                  ": params.tolerance must be finite and >= 0, got ", p.tolerance);
+  MOECOMP_EXPECTS(p.check_every >= 1, function, ": params.check_every must be >= 1, got ", p.check_every);
+  if (p.method == sinkhorn_method::stabilized || p.method == sinkhorn_method::epsilon_scaling)
+    MOECOMP_EXPECTS(p.absorb_threshold > 0 && !std::isnan(p.absorb_threshold), function,
+                    ": params.absorb_threshold must be > 0, got ", p.absorb_threshold);
+  if (p.method == sinkhorn_method::epsilon_scaling) {
+    MOECOMP_EXPECTS(std::isfinite(p.epsilon_start) && p.epsilon_start >= p.reg, function,
+                    ": params.epsilon_start must be finite and >= params.reg (", p.reg, "), got ", p.epsilon_start);
+    MOECOMP_EXPECTS(std::isfinite(p.epsilon_decay) && p.epsilon_decay > 0, function,
+                    ": params.epsilon_decay must be finite and > 0, got ", p.epsilon_decay);
+    MOECOMP_EXPECTS(p.inner_iterations >= 1, function, ": params.inner_iterations must be >= 1, got ",
+                    p.inner_iterations);
+    MOECOMP_EXPECTS(p.inner_check_every >= 1, function, ": params.inner_check_every must be >= 1, got ",
+                    p.inner_check_every);
+  }
+}
+
+/// Masses must be finite and >= 0 with a positive total; returns the total (in double).
+template <class T, class Get>
+double check_histogram(const char* function, const char* name, index_t size, Get&& get) {
+  double total = 0;
+  for (index_t i = 0; i < size; ++i) {
+    const double x = static_cast<double>(get(i));
+    MOECOMP_EXPECTS(std::isfinite(x) && x >= 0, function, ": ", name, " must hold finite masses >= 0, got ", x,
+                    " at index ", i);
+    total += x;
+  }
+  MOECOMP_EXPECTS(total > 0, function, ": ", name, " must have a positive total mass, got ", total);
+  return total;
+}
+
+/// Relative tolerance on |sum a - sum b|: rounding of the caller's normalisation in T.
+template <class T>
+constexpr double mass_tolerance() {
+  return std::max(1e-6, 64.0 * static_cast<double>(std::numeric_limits<T>::epsilon()));
+}
+
+template <class T>
+void check_equal_mass(const char* function, double sum_a, double sum_b) {
+  MOECOMP_EXPECTS(std::fabs(sum_a - sum_b) <= mass_tolerance<T>() * std::max(sum_a, sum_b), function,
+                  ": a and b must have equal total mass (relative difference <= ", mass_tolerance<T>(),
+                  "), got sum(a) = ", sum_a, " and sum(b) = ", sum_b);
+}
+
+template <class T, class Space>
+void check_finite_cost(const char* function, const char* name, matrix_view<T, Space> cost) {
+  for (index_t i = 0; i < cost.rows(); ++i) {
+    const T* row = cost.row_ptr(i);
+    for (index_t j = 0; j < cost.cols(); ++j)
+      MOECOMP_EXPECTS(std::isfinite(static_cast<double>(row[j])), function, ": ", name,
+                      " must be finite, got ", static_cast<double>(row[j]), " at (", i, ", ", j, ")");
+  }
+}
+
+/// True when the memory spanned by the two matrices intersects.
+template <class T, class U, class Space>
+bool spans_overlap(matrix_view<T, Space> x, matrix_view<U, Space> y) {
+  if (x.empty() || y.empty()) return false;
+  const auto x_first = reinterpret_cast<std::uintptr_t>(x.data());
+  const auto x_last = reinterpret_cast<std::uintptr_t>(x.row_ptr(x.rows() - 1) + x.cols());
+  const auto y_first = reinterpret_cast<std::uintptr_t>(y.data());
+  const auto y_last = reinterpret_cast<std::uintptr_t>(y.row_ptr(y.rows() - 1) + y.cols());
+  return x_first < y_last && y_first < x_last;
+}
+
+}  // namespace detail
+}  // namespace ot
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,141 @@
+#pragma once
+// Entropic optimal transport (Sinkhorn) on the host: POT 0.8.2's ot.sinkhorn with the methods
+// sinkhorn_knopp (plain), sinkhorn_log (log), sinkhorn_stabilized and sinkhorn_epsilon_scaling.
+// The batched log-domain method on CUDA is in <moecomp/cuda/ot/sinkhorn.cuh>. Documentation: docs/sinkhorn.md.
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/ot/detail/sinkhorn_checks.hpp>
+#include <moecomp/ot/detail/sinkhorn_host.hpp>
+#include <moecomp/ot/sinkhorn_types.hpp>
+
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace ot {
+namespace detail {
+
+template <class T>
+void check_sinkhorn_problem(const char* function, vector_view<const T> a, vector_view<const T> b,
+                            matrix_view<const T> cost, matrix_view<T> plan) {
+  MOECOMP_EXPECTS(a.size() >= 1, function, ": a must have at least one entry, got size ", a.size());
+  MOECOMP_EXPECTS(b.size() >= 1, function, ": b must have at least one entry, got size ", b.size());
+  MOECOMP_EXPECTS(cost.rows() == a.size() && cost.cols() == b.size(), function, ": cost must be ",
+                  moecomp::detail::shape_string(a.size(), b.size()), " (size of a x size of b), got ",
+                  moecomp::detail::shape_string(cost.rows(), cost.cols()));
+  MOECOMP_EXPECTS(plan.rows() == a.size() && plan.cols() == b.size(), function, ": plan must be ",
+                  moecomp::detail::shape_string(a.size(), b.size()), " like cost, got ",
+                  moecomp::detail::shape_string(plan.rows(), plan.cols()));
+  MOECOMP_EXPECTS(!spans_overlap(plan, cost), function, ": plan must not overlap cost (it is used as workspace)");
+  const double sum_a = check_histogram<T>(function, "a", a.size(), [&](index_t i) { return a(i); });
+  const double sum_b = check_histogram<T>(function, "b", b.size(), [&](index_t i) { return b(i); });
+  check_equal_mass<T>(function, sum_a, sum_b);
+  check_finite_cost(function, "cost", cost);
+}
+
+template <class T>
+void load_histograms(vector_view<const T> a, vector_view<const T> b, sinkhorn_workspace& ws) {
+  for (index_t i = 0; i < a.size(); ++i) {
+    ws.a[i] = static_cast<double>(a(i));
+    ws.log_a[i] = std::log(ws.a[i]);
+  }
+  for (index_t j = 0; j < b.size(); ++j) {
+    ws.b[j] = static_cast<double>(b(j));
+    ws.log_b[j] = std::log(ws.b[j]);
+  }
+}
+
+template <class T>
+sinkhorn_result sinkhorn_host(const host_context& ctx, const sinkhorn_params& params, vector_view<const T> a,
+                              vector_view<const T> b, matrix_view<const T> cost, matrix_view<T> plan,
+                              vector_view<T>* f, vector_view<T>* g) {
+  check_sinkhorn_element_type<T>();
+  check_sinkhorn_params("sinkhorn", params);
+  check_sinkhorn_problem("sinkhorn", a, b, cost, plan);
+  if (f != nullptr) {
+    MOECOMP_EXPECTS(f->size() == a.size(), "sinkhorn: f must have size ", a.size(), " (size of a), got ", f->size());
+    MOECOMP_EXPECTS(g->size() == b.size(), "sinkhorn: g must have size ", b.size(), " (size of b), got ", g->size());
+  }
+  const int threads = ctx.threads();
+  sinkhorn_workspace ws(ctx, a.size(), b.size(), threads);
+  load_histograms(a, b, ws);
+  const sinkhorn_result result = solve_one(ctx, threads, params, cost, plan, ws, f != nullptr);
+  if (f != nullptr) {
+    for (index_t i = 0; i < a.size(); ++i) (*f)(i) = static_cast<T>(ws.row_work[i]);
+    for (index_t j = 0; j < b.size(); ++j) (*g)(j) = static_cast<T>(ws.col_work[j]);
+  }
+  return result;
+}
+
+}  // namespace detail
+
+/// Entropic OT plan between histograms a (n) and b (m) for cost (n x m): plan (n x m) = diag(u) K diag(v)
+/// with K = exp(-cost / reg), fitted by params.method. a, b, cost may be const or mutable views of T
+/// (float or double); plan must not overlap cost. Throws invalid_argument on misuse (shapes, negative or
+/// non-finite masses, unequal total masses, non-finite costs, bad params); numerical outcomes are in the
+/// result's status.
+template <class T, class A, class B, class C,
+          std::enable_if_t<detail::is_input_of_v<A, T> && detail::is_input_of_v<B, T> && detail::is_input_of_v<C, T>,
+                           int> = 0>
+sinkhorn_result sinkhorn(const host_context& ctx, const sinkhorn_params& params, vector_view<A> a, vector_view<B> b,
+                         matrix_view<C> cost, matrix_view<T> plan) {
+  return detail::sinkhorn_host<T>(ctx, params, a, b, cost, plan, nullptr, nullptr);
+}
+
+/// As above, and the log-domain potentials f (n), g (m): plan_ij = exp((f_i + g_j - cost_ij) / reg)
+/// (-inf where a mass is zero). For epsilon_scaling the identity holds with the last outer step's
+/// regularisation, which differs from reg by (epsilon_start - reg) exp(-epsilon_decay k).
+template <class T, class A, class B, class C,
+          std::enable_if_t<detail::is_input_of_v<A, T> && detail::is_input_of_v<B, T> && detail::is_input_of_v<C, T>,
+                           int> = 0>
+sinkhorn_result sinkhorn(const host_context& ctx, const sinkhorn_params& params, vector_view<A> a, vector_view<B> b,
+                         matrix_view<C> cost, matrix_view<T> plan, vector_view<T> f, vector_view<T> g) {
+  return detail::sinkhorn_host<T>(ctx, params, a, b, cost, plan, &f, &g);
+}
+
+/// `batch` independent problems of one shape: a (batch x n), b (batch x m), costs and plans ((batch n) x m;
+/// problem k is rows [k n, (k + 1) n)), results (batch). Problems run in parallel, each on one thread, so
+/// every result is bit-identical to sinkhorn() on that problem alone, for any thread count.
+template <class T, class A, class B, class C,
+          std::enable_if_t<detail::is_input_of_v<A, T> && detail::is_input_of_v<B, T> && detail::is_input_of_v<C, T>,
+                           int> = 0>
+void sinkhorn_batched(const host_context& ctx, const sinkhorn_params& params, matrix_view<A> a, matrix_view<B> b,
+                      matrix_view<C> costs, matrix_view<T> plans, vector_view<sinkhorn_result, host_memory> results) {
+  detail::check_sinkhorn_element_type<T>();
+  detail::check_sinkhorn_params("sinkhorn_batched", params);
+  const index_t batch = a.rows(), n = a.cols(), m = b.cols();
+  MOECOMP_EXPECTS(b.rows() == batch, "sinkhorn_batched: b must have ", batch, " rows (one per problem, like a), got ",
+                  b.rows());
+  MOECOMP_EXPECTS(costs.rows() == batch * n && costs.cols() == m, "sinkhorn_batched: costs must be ",
+                  moecomp::detail::shape_string(batch * n, m), " (batch * n x m), got ",
+                  moecomp::detail::shape_string(costs.rows(), costs.cols()));
+  MOECOMP_EXPECTS(plans.rows() == batch * n && plans.cols() == m, "sinkhorn_batched: plans must be ",
+                  moecomp::detail::shape_string(batch * n, m), " like costs, got ",
+                  moecomp::detail::shape_string(plans.rows(), plans.cols()));
+  MOECOMP_EXPECTS(results.size() == batch, "sinkhorn_batched: results must have size ", batch, " (one per problem), got ",
+                  results.size());
+  if (batch == 0) return;
+  const matrix_view<const T> ac = a, bc = b, cc = costs;
+  for (index_t k = 0; k < batch; ++k)
+    detail::check_sinkhorn_problem<T>("sinkhorn_batched", ac.row(k), bc.row(k), cc.row_range(k * n, n),
+                                      plans.row_range(k * n, n));
+  const int threads = static_cast<int>(std::min<index_t>(ctx.threads(), batch));
+  std::vector<std::unique_ptr<detail::sinkhorn_workspace>> workspaces;
+  for (int t = 0; t < threads; ++t) workspaces.push_back(std::make_unique<detail::sinkhorn_workspace>(ctx, n, m, 1));
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(dynamic, 1)
+#endif
+  for (index_t k = 0; k < batch; ++k) {
+    int t = 0;
+#if defined(_OPENMP)
+    t = omp_get_thread_num();
+#endif
+    detail::sinkhorn_workspace& ws = *workspaces[static_cast<std::size_t>(t)];
+    detail::load_histograms(ac.row(k), bc.row(k), ws);
+    results(k) = detail::solve_one(ctx, 1, params, cc.row_range(k * n, n), plans.row_range(k * n, n), ws, false);
+  }
+}
+
+}  // namespace ot
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,156 @@
+// Fixed-support entropic barycenter: identical histograms, one-hot weights, symmetry, the log-domain variant,
+// determinism, iteration limits and bad-input messages. (The comparison with POT is
+// tests/peers/test_barycenter_fixed_pot.py.)
+#include "test_support.hpp"
+
+#include <moecomp/ot/fixed_support_barycenter.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace moecomp;
+using moecomp_test::thrown_message;
+
+namespace {
+
+/// k random histograms on n points of a line (columns of an n x k row-major matrix) and M = squared distances.
+void make_problem(index_t n, index_t k, unsigned seed, std::vector<double>& A, std::vector<double>& M) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> unif(0.05, 1.0);
+  A.assign(static_cast<std::size_t>(n * k), 0);
+  for (index_t h = 0; h < k; ++h) {
+    double s = 0;
+    for (index_t i = 0; i < n; ++i) s += (A[i * k + h] = unif(gen));
+    for (index_t i = 0; i < n; ++i) A[i * k + h] /= s;
+  }
+  M.assign(static_cast<std::size_t>(n * n), 0);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      const double d = static_cast<double>(i - j) / static_cast<double>(n - 1);
+      M[i * n + j] = d * d;
+    }
+}
+
+ot::fixed_support_barycenter_result run(const std::vector<double>& A, const std::vector<double>& M, index_t n, index_t k,
+                                        const std::vector<double>& w, const ot::fixed_support_barycenter_params& p,
+                                        std::vector<double>& out, int threads = 0) {
+  out.assign(static_cast<std::size_t>(n), -1);
+  return ot::fixed_support_barycenter(host_context(threads), p, make_matrix_view(A.data(), n, k),
+                                      make_matrix_view(M.data(), n, n), make_vector_view(w.data(), k),
+                                      make_vector_view(out.data(), n));
+}
+
+}  // namespace
+
+TEST_CASE("fixed_support_barycenter: the barycenter of identical histograms is close to that histogram") {
+  const index_t n = 30, k = 3;
+  std::vector<double> A, M;
+  make_problem(n, 1, 1, A, M);
+  std::vector<double> same(static_cast<std::size_t>(n * k));
+  for (index_t i = 0; i < n; ++i)
+    for (index_t h = 0; h < k; ++h) same[i * k + h] = A[i];
+  for (bool log_domain : {false, true}) {
+    ot::fixed_support_barycenter_params p;
+    p.reg = 1e-4;
+    p.log_domain = log_domain;
+    p.tolerance = 1e-9;
+    std::vector<double> out;
+    const auto r = run(same, M, n, k, {0.2, 0.3, 0.5}, p, out);
+    CHECK(r.converged);
+    CHECK(r.status == status::ok);
+    // The plans are identical, so the residual is 0 at the first test (iteration 1 -> 2 iterations).
+    CHECK(r.iterations == 2);
+    double total = 0;
+    for (index_t i = 0; i < n; ++i) total += out[i];
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-6));
+    // At reg 1e-4 on a grid of spacing 1/29, neighbours couple by exp(-1.19e-3 / 1e-4) ~ 7e-6: no blur.
+    for (index_t i = 0; i < n; ++i) CHECK(out[i] == doctest::Approx(A[i]).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("fixed_support_barycenter: one-hot weights give (close to) that histogram") {
+  const index_t n = 25, k = 3;
+  std::vector<double> A, M;
+  make_problem(n, k, 2, A, M);
+  for (bool log_domain : {false, true}) {
+    ot::fixed_support_barycenter_params p;
+    p.reg = 1e-4;
+    p.log_domain = log_domain;
+    std::vector<double> out;
+    p.max_iterations = 2000;  // the zero-weight plans converge slowly; the barycenter is settled long before
+    const auto r = run(A, M, n, k, {0.0, 1.0, 0.0}, p, out);
+    CHECK(r.status != status::numerical_error);
+    for (index_t i = 0; i < n; ++i) CHECK(out[i] == doctest::Approx(A[i * k + 1]).epsilon(2e-3));
+  }
+}
+
+TEST_CASE("fixed_support_barycenter: plain and log domain agree; uniform overload; deterministic") {
+  const index_t n = 200, k = 4;
+  std::vector<double> A, M;
+  make_problem(n, k, 3, A, M);
+  ot::fixed_support_barycenter_params p;
+  p.reg = 1e-2;
+  std::vector<double> plain, logd, uniform, one, two;
+  const auto r1 = run(A, M, n, k, {0.25, 0.25, 0.25, 0.25}, p, plain, 1);
+  p.log_domain = true;
+  const auto r2 = run(A, M, n, k, {0.25, 0.25, 0.25, 0.25}, p, logd);
+  CHECK(r1.converged);
+  CHECK(r2.converged);
+  CHECK(r1.iterations == r2.iterations);
+  for (index_t i = 0; i < n; ++i) CHECK(plain[i] == doctest::Approx(logd[i]).epsilon(1e-5));  // log uses log(A + 1e-15), as POT
+  p.log_domain = false;
+  uniform.resize(n);
+  ot::fixed_support_barycenter(host_context(2), p, make_matrix_view(A.data(), n, k), make_matrix_view(M.data(), n, n),
+                               make_vector_view(uniform.data(), n));
+  CHECK(std::memcmp(uniform.data(), plain.data(), n * sizeof(double)) == 0);
+  for (bool log_domain : {false, true}) {
+    p.log_domain = log_domain;
+    run(A, M, n, k, {0.1, 0.2, 0.3, 0.4}, p, one, 1);
+    run(A, M, n, k, {0.1, 0.2, 0.3, 0.4}, p, two, 2);
+    CHECK(std::memcmp(one.data(), two.data(), n * sizeof(double)) == 0);
+  }
+}
+
+TEST_CASE("fixed_support_barycenter: the iteration limit is reported") {
+  const index_t n = 20, k = 2;
+  std::vector<double> A, M, out;
+  make_problem(n, k, 4, A, M);
+  ot::fixed_support_barycenter_params p;
+  p.reg = 1e-2;
+  p.max_iterations = 3;
+  p.tolerance = 0;
+  const auto r = run(A, M, n, k, {0.5, 0.5}, p, out);
+  CHECK_FALSE(r.converged);
+  CHECK(r.status == status::iteration_limit);
+  CHECK(r.iterations == 3);
+}
+
+TEST_CASE("fixed_support_barycenter: bad input is rejected with a message naming the argument") {
+  const index_t n = 5, k = 2;
+  std::vector<double> A, M, out(n);
+  make_problem(n, k, 5, A, M);
+  ot::fixed_support_barycenter_params p;
+  p.reg = 0.1;
+  auto call = [&](const std::vector<double>& a, const std::vector<double>& w, const ot::fixed_support_barycenter_params& q,
+                  index_t m_rows = 5) {
+    return thrown_message([&] {
+      ot::fixed_support_barycenter(host_context(), q, make_matrix_view(a.data(), n, k),
+                                   make_matrix_view(M.data(), m_rows, m_rows), make_vector_view(w.data(), static_cast<index_t>(w.size())),
+                                   make_vector_view(out.data(), n));
+    });
+  };
+  auto neg = A;
+  neg[3] = -1;
+  CHECK(call(neg, {0.5, 0.5}, p).find("column 1 of A must hold finite masses >= 0, got -1 at index 1") != std::string::npos);
+  auto heavy = A;
+  for (index_t i = 0; i < n; ++i) heavy[i * k + 1] *= 3;
+  CHECK(call(heavy, {0.5, 0.5}, p).find("columns of A must have equal total mass") != std::string::npos);
+  CHECK(call(A, {0.5, 0.6}, p).find("weights must sum to 1") != std::string::npos);
+  CHECK(call(A, {1.0}, p).find("weights must have size 2") != std::string::npos);
+  CHECK(call(A, {0.5, 0.5}, p, 4).find("M must be 5 x 5") != std::string::npos);
+  auto q = p;
+  q.reg = -1;
+  CHECK(call(A, {0.5, 0.5}, q).find("params.reg must be finite and > 0, got -1") != std::string::npos);
+}

@@ -1,0 +1,341 @@
+// Sinkhorn: closed forms, marginals at convergence, agreement of the four methods, the log domain where the
+// plain method underflows, iteration limits, batched == one by one, determinism across thread counts, and
+// bad-input messages. (The comparison with POT itself is tests/peers/test_sinkhorn_pot.py.)
+#include "test_support.hpp"
+
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/random.hpp>
+#include <moecomp/ot/sinkhorn.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace moecomp;
+using moecomp_test::thrown_message;
+
+namespace {
+
+struct problem {
+  index_t n, m;
+  std::vector<double> a, b, cost;
+};
+
+/// Random histograms and squared Euclidean costs between random 2-D points, scaled to [0, 1].
+problem random_problem(index_t n, index_t m, unsigned seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  problem p{n, m, std::vector<double>(n), std::vector<double>(m), std::vector<double>(n * m)};
+  double sa = 0, sb = 0;
+  for (auto& x : p.a) sa += (x = unif(gen) + 0.1);
+  for (auto& x : p.b) sb += (x = unif(gen) + 0.1);
+  for (auto& x : p.a) x /= sa;
+  for (auto& x : p.b) x /= sb;
+  std::vector<double> xs(2 * n), ys(2 * m);
+  for (auto& x : xs) x = unif(gen);
+  for (auto& y : ys) y = unif(gen);
+  double top = 0;
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < m; ++j) {
+      const double dx = xs[2 * i] - ys[2 * j], dy = xs[2 * i + 1] - ys[2 * j + 1];
+      p.cost[i * m + j] = dx * dx + dy * dy;
+      top = std::max(top, p.cost[i * m + j]);
+    }
+  for (auto& c : p.cost) c /= top;
+  return p;
+}
+
+ot::sinkhorn_result solve(const problem& p, const ot::sinkhorn_params& params, std::vector<double>& plan,
+                          int threads = 0) {
+  plan.assign(static_cast<std::size_t>(p.n * p.m), -1.0);
+  return ot::sinkhorn(host_context(threads), params, make_vector_view(p.a.data(), p.n), make_vector_view(p.b.data(), p.m),
+                      make_matrix_view(p.cost.data(), p.n, p.m), make_matrix_view(plan.data(), p.n, p.m));
+}
+
+double max_marginal_error(const problem& p, const std::vector<double>& plan) {
+  double worst = 0;
+  for (index_t i = 0; i < p.n; ++i) {
+    double s = 0;
+    for (index_t j = 0; j < p.m; ++j) s += plan[i * p.m + j];
+    worst = std::max(worst, std::fabs(s - p.a[i]));
+  }
+  for (index_t j = 0; j < p.m; ++j) {
+    double s = 0;
+    for (index_t i = 0; i < p.n; ++i) s += plan[i * p.m + j];
+    worst = std::max(worst, std::fabs(s - p.b[j]));
+  }
+  return worst;
+}
+
+double max_relative_difference(const std::vector<double>& x, const std::vector<double>& y) {
+  double top = 0, diff = 0;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    top = std::max(top, std::fabs(y[k]));
+    diff = std::max(diff, std::fabs(x[k] - y[k]));
+  }
+  return diff / top;
+}
+
+const ot::sinkhorn_method all_methods[] = {ot::sinkhorn_method::plain, ot::sinkhorn_method::log,
+                                           ot::sinkhorn_method::stabilized, ot::sinkhorn_method::epsilon_scaling};
+
+}  // namespace
+
+TEST_CASE("sinkhorn: method names round-trip") {
+  for (auto m : all_methods) CHECK(ot::parse_sinkhorn_method(ot::to_string(m)) == m);
+  CHECK(thrown_message([] { (void)ot::parse_sinkhorn_method("greenkhorn"); }).find("greenkhorn") != std::string::npos);
+}
+
+TEST_CASE("sinkhorn: one source (n = 1) or one target (m = 1) gives the only feasible plan") {
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 0.1;
+    params.method = method;
+    problem row{1, 4, {1.0}, {0.1, 0.2, 0.3, 0.4}, {0.5, 0.1, 0.9, 0.3}};
+    std::vector<double> plan;
+    const auto r = solve(row, params, plan);
+    CHECK(r.converged);
+    for (index_t j = 0; j < 4; ++j) CHECK(plan[j] == doctest::Approx(row.b[j]).epsilon(1e-9));
+    problem col{3, 1, {0.2, 0.5, 0.3}, {1.0}, {0.4, 0.0, 2.0}};
+    const auto r2 = solve(col, params, plan);
+    CHECK(r2.converged);
+    for (index_t i = 0; i < 3; ++i) CHECK(plan[i] == doctest::Approx(col.a[i]).epsilon(1e-9));
+    CHECK(r2.cost == doctest::Approx(0.2 * 0.4 + 0.5 * 0.0 + 0.3 * 2.0).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("sinkhorn: a constant cost gives a b^T exactly; a large reg tends to a b^T") {
+  problem p = random_problem(7, 5, 1);
+  for (auto& c : p.cost) c = 0.25;
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 0.05;
+    params.method = method;
+    std::vector<double> plan;
+    const auto r = solve(p, params, plan);
+    CHECK(r.converged);
+    CHECK(r.status == status::ok);
+    for (index_t i = 0; i < p.n; ++i)
+      for (index_t j = 0; j < p.m; ++j) CHECK(plan[i * p.m + j] == doctest::Approx(p.a[i] * p.b[j]).epsilon(1e-12));
+    CHECK(r.cost == doctest::Approx(0.25).epsilon(1e-12));
+  }
+  problem q = random_problem(6, 8, 2);
+  ot::sinkhorn_params params;
+  params.reg = 1e4;
+  std::vector<double> plan;
+  solve(q, params, plan);
+  for (index_t i = 0; i < q.n; ++i)
+    for (index_t j = 0; j < q.m; ++j) CHECK(plan[i * q.m + j] == doctest::Approx(q.a[i] * q.b[j]).epsilon(1e-4));
+}
+
+TEST_CASE("sinkhorn: marginals hold at convergence and the four methods agree") {
+  const problem p = random_problem(40, 30, 3);
+  std::vector<double> reference;
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 0.05;
+    params.method = method;
+    std::vector<double> plan;
+    std::vector<double> f(p.n), g(p.m);
+    const auto r = ot::sinkhorn(host_context(), params, make_vector_view(p.a.data(), p.n),
+                                make_vector_view(p.b.data(), p.m), make_matrix_view(p.cost.data(), p.n, p.m),
+                                make_matrix_view((plan.resize(p.n * p.m), plan.data()), p.n, p.m),
+                                make_vector_view(f.data(), p.n), make_vector_view(g.data(), p.m));
+    INFO(ot::to_string(method));
+    CHECK(r.converged);
+    CHECK(r.status == status::ok);
+    CHECK(max_marginal_error(p, plan) < 1e-8);
+    // plan_ij = exp((f_i + g_j - C_ij) / reg)
+    for (index_t i = 0; i < p.n; i += 7)
+      for (index_t j = 0; j < p.m; j += 5)
+        CHECK(plan[i * p.m + j] ==
+              doctest::Approx(std::exp((f[i] + g[j] - p.cost[i * p.m + j]) / params.reg)).epsilon(1e-9));
+    double cost = 0;
+    for (std::size_t k = 0; k < plan.size(); ++k) cost += plan[k] * p.cost[k];
+    CHECK(r.cost == doctest::Approx(cost).epsilon(1e-12));
+    if (reference.empty())
+      reference = plan;
+    else
+      CHECK(max_relative_difference(plan, reference) < 1e-6);
+  }
+}
+
+TEST_CASE("sinkhorn: the float copy of K matches the double iteration to 1e-6 and meets the tolerance exactly") {
+  const problem p = random_problem(600, 500, 4);  // 3e5 entries: the float-kernel path
+  ot::sinkhorn_params params;
+  params.reg = 1e-2;
+  std::vector<double> mixed, exact;
+  const auto r1 = solve(p, params, mixed);
+  params.allow_float_kernel = false;
+  const auto r2 = solve(p, params, exact);
+  CHECK(r1.converged);
+  CHECK(r2.converged);
+  CHECK(r1.marginal_error < params.tolerance);
+  CHECK(max_relative_difference(mixed, exact) < 1e-6);
+  CHECK(std::abs(r1.iterations - r2.iterations) <= params.check_every);
+}
+
+TEST_CASE("sinkhorn: at reg = 1e-3 the log domain stays finite where the plain method underflows") {
+  problem p = random_problem(30, 20, 5);
+  // Row 0 is far from every target: exp(-C / reg) underflows to 0 on its whole row.
+  for (index_t j = 0; j < p.m; ++j) p.cost[j] = 0.9 + 0.1 * static_cast<double>(j) / p.m;
+  ot::sinkhorn_params params;
+  params.reg = 1e-3;
+  std::vector<double> plan;
+  const auto plain = solve(p, params, plan);
+  CHECK(plain.status == status::numerical_error);
+  CHECK_FALSE(plain.converged);
+  params.method = ot::sinkhorn_method::log;
+  params.max_iterations = 5000;
+  const auto log = solve(p, params, plan);
+  CHECK(log.status != status::numerical_error);
+  for (double x : plan) CHECK(std::isfinite(x));
+  double row0 = 0;
+  for (index_t j = 0; j < p.m; ++j) row0 += plan[j];
+  CHECK(row0 == doctest::Approx(p.a[0]).epsilon(1e-6));
+}
+
+TEST_CASE("sinkhorn: the iteration limit is reported, not hidden") {
+  const problem p = random_problem(25, 25, 6);
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 1e-2;
+    params.method = method;
+    params.max_iterations = method == ot::sinkhorn_method::epsilon_scaling ? 35 : 3;
+    params.tolerance = 0;
+    std::vector<double> plan;
+    const auto r = solve(p, params, plan);
+    INFO(ot::to_string(method));
+    CHECK_FALSE(r.converged);
+    CHECK(r.status == status::iteration_limit);
+    CHECK(r.iterations == params.max_iterations);
+  }
+}
+
+TEST_CASE("sinkhorn: zero masses give zero rows and columns") {
+  problem p = random_problem(8, 6, 7);
+  p.a[2] = 0;
+  p.b[4] = 0;
+  double sa = 0, sb = 0;
+  for (double x : p.a) sa += x;
+  for (double x : p.b) sb += x;
+  for (auto& x : p.a) x /= sa;
+  for (auto& x : p.b) x /= sb;
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 0.05;
+    params.method = method;
+    std::vector<double> plan;
+    const auto r = solve(p, params, plan);
+    INFO(ot::to_string(method));
+    CHECK(r.converged);
+    for (index_t j = 0; j < p.m; ++j) CHECK(plan[2 * p.m + j] == 0.0);
+    for (index_t i = 0; i < p.n; ++i) CHECK(plan[i * p.m + 4] == 0.0);
+    CHECK(max_marginal_error(p, plan) < 1e-8);
+  }
+}
+
+TEST_CASE("sinkhorn: bit-identical for any thread count, and batched == one by one") {
+  const problem p = random_problem(300, 260, 8);
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 0.02;
+    params.method = method;
+    std::vector<double> one, two, four;
+    const auto r1 = solve(p, params, one, 1);
+    const auto r2 = solve(p, params, two, 2);
+    const auto r4 = solve(p, params, four, 4);
+    INFO(ot::to_string(method));
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(double)) == 0);
+    CHECK(std::memcmp(one.data(), four.data(), one.size() * sizeof(double)) == 0);
+    CHECK(r1.iterations == r2.iterations);
+    CHECK(r1.cost == r4.cost);
+  }
+  // Three problems of one shape.
+  const index_t batch = 3, n = 20, m = 15;
+  std::vector<double> a(batch * n), b(batch * m), costs(batch * n * m), plans(batch * n * m);
+  std::vector<problem> ps;
+  for (index_t k = 0; k < batch; ++k) {
+    ps.push_back(random_problem(n, m, 20 + static_cast<unsigned>(k)));
+    std::copy(ps[k].a.begin(), ps[k].a.end(), a.begin() + k * n);
+    std::copy(ps[k].b.begin(), ps[k].b.end(), b.begin() + k * m);
+    std::copy(ps[k].cost.begin(), ps[k].cost.end(), costs.begin() + k * n * m);
+  }
+  for (auto method : all_methods) {
+    ot::sinkhorn_params params;
+    params.reg = 0.05;
+    params.method = method;
+    std::vector<ot::sinkhorn_result> results(batch);
+    ot::sinkhorn_batched(host_context(2), params, make_matrix_view(a.data(), batch, n), make_matrix_view(b.data(), batch, m),
+                         make_matrix_view(costs.data(), batch * n, m), make_matrix_view(plans.data(), batch * n, m),
+                         make_vector_view(results.data(), batch));
+    for (index_t k = 0; k < batch; ++k) {
+      std::vector<double> plan;
+      const auto r = solve(ps[k], params, plan, 1);
+      CHECK(std::memcmp(plan.data(), plans.data() + k * n * m, plan.size() * sizeof(double)) == 0);
+      CHECK(r.iterations == results[k].iterations);
+      CHECK(r.cost == results[k].cost);
+    }
+  }
+}
+
+TEST_CASE("sinkhorn: float inputs") {
+  const problem p = random_problem(30, 25, 9);
+  std::vector<float> a(p.a.begin(), p.a.end()), b(p.b.begin(), p.b.end()), c(p.cost.begin(), p.cost.end()), plan(30 * 25);
+  std::vector<double> reference;
+  ot::sinkhorn_params params;
+  params.reg = 0.05;
+  params.tolerance = 1e-6;
+  solve(p, params, reference);
+  for (auto method : all_methods) {
+    params.method = method;
+    const auto r = ot::sinkhorn(host_context(), params, make_vector_view(a.data(), 30), make_vector_view(b.data(), 25),
+                                make_matrix_view(c.data(), 30, 25), make_matrix_view(plan.data(), 30, 25));
+    CHECK(r.converged);
+    for (std::size_t k = 0; k < plan.size(); ++k) CHECK(plan[k] == doctest::Approx(reference[k]).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("sinkhorn: bad input is rejected with a message naming the argument") {
+  const problem p = random_problem(4, 3, 10);
+  std::vector<double> plan(12);
+  auto call = [&](std::vector<double> a, std::vector<double> b, ot::sinkhorn_params params, index_t plan_rows = 4) {
+    return thrown_message([&] {
+      ot::sinkhorn(host_context(), params, make_vector_view(a.data(), static_cast<index_t>(a.size())),
+                   make_vector_view(b.data(), static_cast<index_t>(b.size())), make_matrix_view(p.cost.data(), 4, 3),
+                   make_matrix_view(plan.data(), plan_rows, 3));
+    });
+  };
+  ot::sinkhorn_params ok;
+  ok.reg = 0.1;
+  std::vector<double> a = p.a, b = p.b;
+  auto neg = a;
+  neg[1] = -0.1;
+  CHECK(call(neg, b, ok).find("sinkhorn: a must hold finite masses >= 0, got -0.1 at index 1") != std::string::npos);
+  auto nan = b;
+  nan[0] = std::nan("");
+  CHECK(call(a, nan, ok).find("sinkhorn: b must hold finite masses >= 0") != std::string::npos);
+  auto heavy = a;
+  for (auto& x : heavy) x *= 2;
+  CHECK(call(heavy, b, ok).find("a and b must have equal total mass") != std::string::npos);
+  ot::sinkhorn_params bad = ok;
+  bad.reg = 0;
+  CHECK(call(a, b, bad).find("params.reg must be finite and > 0, got 0") != std::string::npos);
+  bad = ok;
+  bad.check_every = 0;
+  CHECK(call(a, b, bad).find("params.check_every") != std::string::npos);
+  CHECK(call({0.5, 0.5}, b, ok).find("cost must be 2 x 3") != std::string::npos);
+  CHECK(call(a, b, ok, 2).find("plan must be 4 x 3") != std::string::npos);
+  std::vector<double> bad_cost = p.cost;
+  bad_cost[5] = std::numeric_limits<double>::infinity();
+  CHECK(thrown_message([&] {
+          ot::sinkhorn(host_context(), ok, make_vector_view(a.data(), 4), make_vector_view(b.data(), 3),
+                       make_matrix_view(bad_cost.data(), 4, 3), make_matrix_view(plan.data(), 4, 3));
+        }).find("cost must be finite, got inf at (1, 2)") != std::string::npos);
+  std::vector<double> shared = p.cost;
+  CHECK(thrown_message([&] {
+          ot::sinkhorn(host_context(), ok, make_vector_view(a.data(), 4), make_vector_view(b.data(), 3),
+                       make_matrix_view(shared.data(), 4, 3), make_matrix_view(shared.data(), 4, 3));
+        }).find("plan must not overlap cost") != std::string::npos);
+}
