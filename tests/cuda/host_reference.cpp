@@ -2,6 +2,9 @@
 
 #include <moecomp/cluster/linkage.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/ot/free_support_barycenter.hpp>
+#include <moecomp/ot/linear_assignment.hpp>
+#include <moecomp/ot/sinkhorn.hpp>
 
 namespace moecomp_test {
 
@@ -42,5 +45,46 @@ template void host_linkage<double>(const moecomp::cluster::linkage_params&, moec
 
 MOECOMP_TEST_INSTANTIATE(float)
 MOECOMP_TEST_INSTANTIATE(double)
+
+template <class T>
+void host_sinkhorn_batched(const moecomp::ot::sinkhorn_params& params, moecomp::matrix_view<const T> a,
+                           moecomp::matrix_view<const T> b, moecomp::matrix_view<const T> costs,
+                           moecomp::matrix_view<T> plans, moecomp::vector_view<moecomp::ot::sinkhorn_result> results) {
+  moecomp::ot::sinkhorn_batched(moecomp::host_context(1), params, a, b, costs, plans, results);
+}
+
+template <class T>
+moecomp::ot::linear_assignment_result host_linear_assignment(bool maximize, moecomp::matrix_view<const T> cost,
+                                                             moecomp::vector_view<moecomp::index_t> row_to_column) {
+  moecomp::ot::linear_assignment_params params;
+  params.maximize = maximize;
+  return moecomp::ot::linear_assignment(moecomp::host_context(1), params, cost, row_to_column);
+}
+
+template <class T>
+moecomp::ot::free_support_barycenter_result host_free_support_barycenter(
+    const moecomp::ot::free_support_barycenter_params& params, moecomp::matrix_view<const T> measures,
+    moecomp::index_t k, moecomp::vector_view<const double> weights, moecomp::matrix_view<const T> init,
+    moecomp::matrix_view<T> barycenter, moecomp::matrix_view<moecomp::index_t> permutations) {
+  return moecomp::ot::free_support_barycenter<T>(moecomp::host_context(1), params, measures, k, weights, init,
+                                                 barycenter, permutations);
+}
+
+#define MOECOMP_TEST_INSTANTIATE_SINKHORN(T)                                                                  \
+  template void host_sinkhorn_batched<T>(const moecomp::ot::sinkhorn_params&, moecomp::matrix_view<const T>, \
+                                         moecomp::matrix_view<const T>, moecomp::matrix_view<const T>,       \
+                                         moecomp::matrix_view<T>, moecomp::vector_view<moecomp::ot::sinkhorn_result>);
+
+#define MOECOMP_TEST_INSTANTIATE_OT(T)                                                                           \
+  MOECOMP_TEST_INSTANTIATE_SINKHORN(T)                                                                           \
+  template moecomp::ot::linear_assignment_result host_linear_assignment<T>(bool, moecomp::matrix_view<const T>,  \
+                                                                          moecomp::vector_view<moecomp::index_t>); \
+  template moecomp::ot::free_support_barycenter_result host_free_support_barycenter<T>(                          \
+      const moecomp::ot::free_support_barycenter_params&, moecomp::matrix_view<const T>, moecomp::index_t,       \
+      moecomp::vector_view<const double>, moecomp::matrix_view<const T>, moecomp::matrix_view<T>,               \
+      moecomp::matrix_view<moecomp::index_t>);
+
+MOECOMP_TEST_INSTANTIATE_OT(float)
+MOECOMP_TEST_INSTANTIATE_OT(double)
 
 }  // namespace moecomp_test

@@ -1,10 +1,13 @@
 #pragma once
-// The host library's pairwise distances, compiled by the C++ compiler in host_reference.cpp, for the
+// The host library's algorithms (distances, linkage, optimal transport), compiled by the C++ compiler in host_reference.cpp, for the
 // device tests to compare against. The .cu files never include the host algorithms (they pull in
 // Eigen, which nvcc compiles only with warnings; see <moecomp/cuda/moecomp.cuh>).
 #include <moecomp/core/views.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/distance/distance_types.hpp>
+#include <moecomp/ot/free_support_barycenter_types.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
+#include <moecomp/ot/sinkhorn_types.hpp>
 
 namespace moecomp_test {
 
@@ -23,5 +26,23 @@ void host_pairwise_distances_condensed(const moecomp::distance::pairwise_distanc
 template <class T>
 void host_linkage(const moecomp::cluster::linkage_params& params, moecomp::matrix_view<const T> points,
                   moecomp::matrix_view<double> z);
+
+/// The host's batched Sinkhorn (one thread).
+template <class T>
+void host_sinkhorn_batched(const moecomp::ot::sinkhorn_params& params, moecomp::matrix_view<const T> a,
+                           moecomp::matrix_view<const T> b, moecomp::matrix_view<const T> costs,
+                           moecomp::matrix_view<T> plans, moecomp::vector_view<moecomp::ot::sinkhorn_result> results);
+
+/// The host's exact linear assignment (Jonker-Volgenant); returns its result.
+template <class T>
+moecomp::ot::linear_assignment_result host_linear_assignment(bool maximize, moecomp::matrix_view<const T> cost,
+                                                             moecomp::vector_view<moecomp::index_t> row_to_column);
+
+/// The host's uniform free-support barycenter (exact assignments).
+template <class T>
+moecomp::ot::free_support_barycenter_result host_free_support_barycenter(
+    const moecomp::ot::free_support_barycenter_params& params, moecomp::matrix_view<const T> measures,
+    moecomp::index_t k, moecomp::vector_view<const double> weights, moecomp::matrix_view<const T> init,
+    moecomp::matrix_view<T> barycenter, moecomp::matrix_view<moecomp::index_t> permutations);
 
 }  // namespace moecomp_test
