@@ -19,3 +19,9 @@
 #include <moecomp/cluster/fcluster.hpp>
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/linkage.hpp>
+#include <moecomp/ot/auction_assignment.hpp>
+#include <moecomp/ot/emd.hpp>
+#include <moecomp/ot/fixed_support_barycenter.hpp>
+#include <moecomp/ot/free_support_barycenter.hpp>
+#include <moecomp/ot/linear_assignment.hpp>
+#include <moecomp/ot/sinkhorn.hpp>
