@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <moecomp/cuda/moecomp.cuh>
 
+#include "device_test_support.cuh"
 #include "host_reference.hpp"
 
 #include <cuda_runtime_api.h>
@@ -21,23 +22,8 @@ namespace {
 using moecomp::index_t;
 namespace ot = moecomp::ot;
 
-void require_device() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  REQUIRE_MESSAGE((e == cudaSuccess && count > 0), "these tests need a CUDA device (cudaGetDeviceCount returned ",
-                  std::string(cudaGetErrorName(e)), ", ", count, " devices): run them with `ctest -L cuda` on a GPU");
-}
-
-struct stream_fixture {
-  cudaStream_t stream = nullptr;
-  stream_fixture() {
-    require_device();
-    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-  }
-  ~stream_fixture() { (void)cudaStreamDestroy(stream); }
-  stream_fixture(const stream_fixture&) = delete;
-  stream_fixture& operator=(const stream_fixture&) = delete;
-};
+using moecomp_test::require_device;
+using moecomp_test::stream_fixture;
 
 template <class T>
 moecomp::host_matrix<T> random_costs(index_t n, index_t m, std::uint64_t seed, bool integer) {

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <moecomp/cuda/moecomp.cuh>
 
+#include "device_test_support.cuh"
 #include "host_reference.hpp"
 
 #include <cublas_v2.h>
@@ -25,30 +26,8 @@ namespace {
 using moecomp::index_t;
 namespace ot = moecomp::ot;
 
-void require_device() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  REQUIRE_MESSAGE((e == cudaSuccess && count > 0), "these tests need a CUDA device (cudaGetDeviceCount returned ",
-                  std::string(cudaGetErrorName(e)), ", ", count, " devices): run them with `ctest -L cuda` on a GPU");
-}
-
-struct device_fixture {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t handle = nullptr;
-  device_fixture() {
-    require_device();
-    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-    REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(cublasSetStream(handle, stream) == CUBLAS_STATUS_SUCCESS);
-  }
-  ~device_fixture() {
-    (void)cublasDestroy(handle);
-    (void)cudaStreamDestroy(stream);
-  }
-  device_fixture(const device_fixture&) = delete;
-  device_fixture& operator=(const device_fixture&) = delete;
-  moecomp::cuda_context context() const { return moecomp::cuda_context(stream, handle); }
-};
+using moecomp_test::require_device;
+using moecomp_test::device_fixture;
 
 /// k clouds of n points: planted = each a shuffled copy of one base cloud plus noise of size `noise`;
 /// otherwise independent normal points.

@@ -2,6 +2,8 @@
 // copies. They need a CUDA device and run under `ctest -L cuda`; without one they fail, saying so.
 #include <moecomp/cuda/moecomp.cuh>
 
+#include "device_test_support.cuh"
+
 #include <cublas_v2.h>
 #include <doctest/doctest.h>
 
@@ -15,13 +17,7 @@ namespace {
 
 using moecomp::index_t;
 
-void require_cuda_device() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  INFO("cudaGetDeviceCount returned ", std::string(cudaGetErrorName(status)), " with ", count, " devices");
-  REQUIRE_MESSAGE((status == cudaSuccess && count > 0),
-                  "these tests need a CUDA device: run them with `ctest -L cuda` on a machine with a GPU");
-}
+using moecomp_test::require_device;
 
 /// A non-blocking stream (so nothing here relies on the legacy default stream), destroyed at scope exit.
 struct test_stream {
@@ -103,7 +99,7 @@ TEST_CASE("MOECOMP_CUDA_TRY and MOECOMP_CUBLAS_TRY name the call, the error and 
 }
 
 TEST_CASE("a failing allocation through the default allocator is a cuda_error") {
-  require_cuda_device();
+  require_device();
   test_stream s;
   const moecomp::cuda_context ctx(s.stream);
   const std::string message =
@@ -114,7 +110,7 @@ TEST_CASE("a failing allocation through the default allocator is a cuda_error") 
 }
 
 TEST_CASE("cuda_context allocates through the caller's allocator, on its stream") {
-  require_cuda_device();
+  require_device();
   test_stream s;
   recording_allocator recorder;
   const moecomp::cuda_context ctx(s.stream, nullptr, recorder.callbacks());
@@ -152,7 +148,7 @@ TEST_CASE("cuda_context allocates through the caller's allocator, on its stream"
 }
 
 TEST_CASE("device_buffer moves, and its views must fit") {
-  require_cuda_device();
+  require_device();
   test_stream s;
   recording_allocator recorder;
   const moecomp::cuda_context ctx(s.stream, nullptr, recorder.callbacks());
@@ -182,7 +178,7 @@ TEST_CASE("device_buffer moves, and its views must fit") {
 }
 
 TEST_CASE("copy_to_device / copy_to_host honour row and element strides") {
-  require_cuda_device();
+  require_device();
   test_stream s;
   const moecomp::cuda_context ctx(s.stream);
   const index_t rows = 37, cols = 5, host_stride = 8, device_stride = 11;
@@ -247,7 +243,7 @@ TEST_CASE("copy_to_device / copy_to_host honour row and element strides") {
 }
 
 TEST_CASE("the legacy default stream works when the caller names it") {
-  require_cuda_device();
+  require_device();
   const moecomp::cuda_context ctx(cudaStream_t(0));
   moecomp::device_buffer<int> buffer(ctx, 3);
   const int values[3] = {4, 5, 6};

@@ -4,6 +4,7 @@
 // device and run under `ctest -L cuda`; without one they fail, saying so.
 #include <moecomp/cuda/moecomp.cuh>
 
+#include "device_test_support.cuh"
 #include "host_reference.hpp"
 
 #include <cublas_v2.h>
@@ -27,33 +28,7 @@ using dist::metric;
 
 constexpr metric all_metrics[] = {metric::euclidean, metric::sqeuclidean, metric::cosine, metric::correlation};
 
-void require_cuda_device() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  INFO("cudaGetDeviceCount returned ", std::string(cudaGetErrorName(status)), " with ", count, " devices");
-  REQUIRE_MESSAGE((status == cudaSuccess && count > 0),
-                  "these tests need a CUDA device: run them with `ctest -L cuda` on a machine with a GPU");
-}
-
-/// A non-blocking stream and a cuBLAS handle bound to it, destroyed at scope exit.
-struct device_fixture {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t handle = nullptr;
-  device_fixture() {
-    require_cuda_device();
-    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-    REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(cublasSetStream(handle, stream) == CUBLAS_STATUS_SUCCESS);
-  }
-  ~device_fixture() {
-    (void)cublasDestroy(handle);
-    (void)cudaStreamDestroy(stream);
-  }
-  device_fixture(const device_fixture&) = delete;
-  device_fixture& operator=(const device_fixture&) = delete;
-  moecomp::cuda_context context() const { return moecomp::cuda_context(stream, handle); }
-  void sync() const { REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess); }
-};
+using moecomp_test::device_fixture;
 
 /// Relative tolerance of device against host: both compute in T through a GEMM, and the cancellation
 /// guard bounds each one's relative error on the squared distance by about eps(T) * sqrt(d) divided by

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <moecomp/cuda/moecomp.cuh>
 
+#include "device_test_support.cuh"
 #include "host_reference.hpp"
 
 #include <cuda_runtime_api.h>
@@ -16,12 +17,7 @@ namespace {
 using moecomp::index_t;
 namespace cluster = moecomp::cluster;
 
-void require_device() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  REQUIRE_MESSAGE((e == cudaSuccess && count > 0), "these tests need a CUDA device (cudaGetDeviceCount returned ",
-                  std::string(cudaGetErrorName(e)), ", ", count, " devices): run them with `ctest -L cuda` on a GPU");
-}
+using moecomp_test::require_device;
 
 template <class T>
 std::vector<T> random_points(index_t n, index_t d, std::uint64_t seed) {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <moecomp/cuda/moecomp.cuh>
 
+#include "device_test_support.cuh"
 #include "host_reference.hpp"
 
 #include <cuda_runtime_api.h>
@@ -22,23 +23,8 @@ namespace {
 using moecomp::index_t;
 namespace ot = moecomp::ot;
 
-void require_device() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  REQUIRE_MESSAGE((e == cudaSuccess && count > 0), "these tests need a CUDA device (cudaGetDeviceCount returned ",
-                  std::string(cudaGetErrorName(e)), ", ", count, " devices): run them with `ctest -L cuda` on a GPU");
-}
-
-struct stream_fixture {
-  cudaStream_t stream = nullptr;
-  stream_fixture() {
-    require_device();
-    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-  }
-  ~stream_fixture() { (void)cudaStreamDestroy(stream); }
-  stream_fixture(const stream_fixture&) = delete;
-  stream_fixture& operator=(const stream_fixture&) = delete;
-};
+using moecomp_test::require_device;
+using moecomp_test::stream_fixture;
 
 /// batch problems: uniform [0, 1) costs, random positive weights normalised to 1 (in double, then cast).
 template <class T>
@@ -91,7 +77,7 @@ ot::sinkhorn_result reference_log(const batch_data<T>& data, index_t p, const ot
       for (index_t j = 0; j < m; ++j) t[static_cast<std::size_t>(j)] = v[static_cast<std::size_t>(j)] - c(i, j);
       u[static_cast<std::size_t>(i)] = std::log(static_cast<double>(data.a(p, i))) - log_sum_exp(t);
     }
-    if (it % params.check_every != 0) continue;
+    if (it % ot::resolved_check_every(params) != 0) continue;
     double err = 0;
     for (index_t j = 0; j < m; ++j) {
       double s = 0;
@@ -284,7 +270,7 @@ TEST_CASE("device Sinkhorn rejects bad shapes and parameters before touching the
   params = log_params(0.0);
   CHECK_THROWS_AS(ot::sinkhorn_batched(ctx, params, a, b, costs, plans, rv), moecomp::invalid_argument);
   params = log_params(0.1);
-  params.check_every = 0;
+  params.check_every = -1;
   CHECK_THROWS_AS(ot::sinkhorn_batched(ctx, params, a, b, costs, plans, rv), moecomp::invalid_argument);
   // a workspace that is too small
   std::byte* fake_bytes = reinterpret_cast<std::byte*>(256);
