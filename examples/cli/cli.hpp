@@ -98,6 +98,13 @@ void report(const arguments& args, const json_summary& summary);
 /// Reads an .npy operand; a missing or malformed file is a usage_error (exit 2) naming the argument.
 moecomp::io::npy_array read_operand(const std::string& path);
 
+/// A shape as numpy prints it: "(3, 4)", "(5,)".
+std::string shape_text(const std::vector<moecomp::index_t>& shape);
+
+/// Mixing weights from a --weights file: 1-D float32/float64 of k finite entries >= 0 summing to 1 (within
+/// 1e-6); `items` names what they weigh ("clouds", "histograms") in the messages.
+std::vector<double> load_weights(const std::string& path, moecomp::index_t k, const std::string& items);
+
 /// The command table: each command_*.cpp defines one entry.
 struct command {
   command_spec spec;

@@ -13,43 +13,6 @@
 namespace moecomp_cli {
 namespace {
 
-std::string shape_text(const std::vector<moecomp::index_t>& shape) {
-  std::ostringstream s;
-  s << "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
-  s << (shape.size() == 1 ? ",)" : ")");
-  return s.str();
-}
-
-/// Cloud weights from --weights: 1-D, k finite entries >= 0 summing to 1 (within 1e-6).
-std::vector<double> load_weights(const std::string& path, moecomp::index_t k) {
-  using namespace moecomp;
-  const io::npy_array array = read_operand(path);
-  if (array.dtype() != io::npy_dtype::float32 && array.dtype() != io::npy_dtype::float64)
-    throw usage_error("option --weights: " + path + ": dtype " + io::to_string(array.dtype()) +
-                      " is not accepted here, expected float32 or float64");
-  if (array.ndim() != 1 || array.shape()[0] != k)
-    throw usage_error("option --weights: " + path + ": expected shape (" + std::to_string(k) + ",) for " +
-                      std::to_string(k) + " clouds, got shape " + shape_text(array.shape()));
-  const host_vector<double> w = array.to_vector<double>();
-  double sum = 0.0;
-  for (index_t j = 0; j < k; ++j) {
-    if (!(std::isfinite(w[j]) && w[j] >= 0.0)) {
-      std::ostringstream m;
-      m << "option --weights: " << path << ": entries must be finite and >= 0, got " << w[j] << " at index " << j;
-      throw usage_error(m.str());
-    }
-    sum += w[j];
-  }
-  if (std::abs(sum - 1.0) > 1e-6) {
-    std::ostringstream m;
-    m.precision(17);
-    m << "option --weights: " << path << ": entries must sum to 1 (within 1e-6), got " << sum;
-    throw usage_error(m.str());
-  }
-  return std::vector<double>(w.storage().begin(), w.storage().end());
-}
-
 template <class T>
 int run_barycenter(const arguments& args, moecomp::io::npy_array first) {
   using namespace moecomp;
@@ -75,7 +38,7 @@ int run_barycenter(const arguments& args, moecomp::io::npy_array first) {
     std::copy(cloud.storage().begin(), cloud.storage().end(), measures.storage().begin() + j * n * d);
   }
   std::vector<double> weights(static_cast<std::size_t>(k), 1.0 / static_cast<double>(k));
-  if (const auto w = args.value("--weights")) weights = load_weights(*w, k);
+  if (const auto w = args.value("--weights")) weights = load_weights(*w, k, "clouds");
   // Default start: cloud 0 itself (ResMoE), viewed in place.
   host_matrix<T> init_storage;
   matrix_view<const T> init = measures.const_view().row_range(0, n);

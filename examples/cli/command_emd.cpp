@@ -17,14 +17,6 @@
 namespace moecomp_cli {
 namespace {
 
-std::string shape_text(const std::vector<moecomp::index_t>& shape) {
-  std::ostringstream s;
-  s << "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
-  s << (shape.size() == 1 ? ",)" : ")");
-  return s.str();
-}
-
 template <class T>
 moecomp::host_vector<T> load_histogram(const std::string& path, const moecomp::io::npy_array& array) {
   using namespace moecomp;

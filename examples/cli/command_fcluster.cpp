@@ -10,14 +10,6 @@
 namespace moecomp_cli {
 namespace {
 
-std::string shape_text(const std::vector<moecomp::index_t>& shape) {
-  std::ostringstream s;
-  s << "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
-  s << (shape.size() == 1 ? ",)" : ")");
-  return s.str();
-}
-
 int fcluster(const arguments& args) {
   using namespace moecomp;
   const bool by_count = args.value("--maxclust").has_value(), by_height = args.value("--distance").has_value();

@@ -10,14 +10,6 @@
 namespace moecomp_cli {
 namespace {
 
-std::string shape_text(const std::vector<moecomp::index_t>& shape) {
-  std::ostringstream m;
-  m << "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) m << (k ? ", " : "") << shape[k];
-  m << (shape.size() == 1 ? ",)" : ")");
-  return m.str();
-}
-
 template <class T>
 int run_linkage(const arguments& args, const moecomp::io::npy_array& input, const std::string& path,
                 const moecomp::cluster::linkage_params& params) {
