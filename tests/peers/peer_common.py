@@ -2,6 +2,7 @@
 missing peer is a failure, so CI can never pass by skipping."""
 import importlib
 import os
+import subprocess
 import sys
 
 SKIP = 77
@@ -20,3 +21,17 @@ def require(*modules):
                   f"install python3-{name} to run this check")
             sys.exit(SKIP)
     return loaded
+
+
+class ToolRunner:
+    """Base of each script's Checker: runs the moecomp tool in a scratch folder and counts checks/failures."""
+
+    def __init__(self, tool, tmp):
+        self.tool, self.tmp = tool, tmp
+        self.checks = self.failures = 0
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def run(self, *args):
+        return subprocess.run([self.tool, *args], capture_output=True, text=True)

@@ -13,12 +13,11 @@
 Usage: test_barycenter_free_pot.py PATH/TO/moecomp"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_common import require  # noqa: E402
+from peer_common import ToolRunner, require  # noqa: E402
 
 np, ot, optimize = require("numpy", "ot", "scipy.optimize")
 
@@ -37,16 +36,7 @@ def exact_objective(clouds, weights, b):
     return total
 
 
-class Checker:
-    def __init__(self, tool, tmp):
-        self.tool, self.tmp = tool, tmp
-        self.checks = self.failures = 0
-
-    def path(self, name):
-        return os.path.join(self.tmp, name)
-
-    def run(self, *args):
-        return subprocess.run([self.tool, *args], capture_output=True, text=True)
+class Checker(ToolRunner):
 
     def check(self, label, ok, detail=""):
         self.checks += 1

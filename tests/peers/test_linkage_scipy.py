@@ -15,12 +15,11 @@
 Usage: test_linkage_scipy.py PATH/TO/moecomp"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_common import require  # noqa: E402
+from peer_common import ToolRunner, require  # noqa: E402
 
 np, hierarchy, spatial = require("numpy", "scipy.cluster.hierarchy", "scipy.spatial.distance")
 
@@ -28,16 +27,7 @@ METHODS = ["single", "complete", "average", "weighted", "ward", "centroid", "med
 LOW_MEMORY = {"single", "ward", "centroid", "median"}
 
 
-class Checker:
-    def __init__(self, tool, tmp):
-        self.tool, self.tmp = tool, tmp
-        self.checks = self.failures = 0
-
-    def path(self, name):
-        return os.path.join(self.tmp, name)
-
-    def run(self, *args):
-        return subprocess.run([self.tool, *args], capture_output=True, text=True)
+class Checker(ToolRunner):
 
     def linkage(self, x_path, method, *flags):
         out = self.path("z.npy")
