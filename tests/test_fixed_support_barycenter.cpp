@@ -113,6 +113,100 @@ TEST_CASE("fixed_support_barycenter: plain and log domain agree; uniform overloa
   }
 }
 
+namespace {
+
+/// POT's barycenter_sinkhorn written out literally (two products with K per iteration, plain loops).
+std::vector<double> reference_barycenter(const std::vector<double>& A, const std::vector<double>& M, index_t n,
+                                         index_t k, const std::vector<double>& w, double reg, double tol,
+                                         index_t max_iter, index_t& iterations) {
+  std::vector<double> K(static_cast<std::size_t>(n * n)), col(n, 0.0), ukv(n * k), u(n * k), x(n * k), bar(n);
+  for (index_t e = 0; e < n * n; ++e) K[e] = std::exp(-M[e] / reg);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < n; ++j) col[j] += K[i * n + j];
+  auto product = [&](const std::vector<double>& in, std::vector<double>& out) {
+    for (index_t i = 0; i < n; ++i)
+      for (index_t h = 0; h < k; ++h) {
+        double s = 0;
+        for (index_t j = 0; j < n; ++j) s += K[i * n + j] * in[j * k + h];
+        out[i * k + h] = s;
+      }
+  };
+  for (index_t j = 0; j < n; ++j)
+    for (index_t h = 0; h < k; ++h) x[j * k + h] = A[j * k + h] / col[j];
+  product(x, ukv);
+  for (index_t i = 0; i < n; ++i) {
+    double ml = 0;
+    for (index_t h = 0; h < k; ++h) ml += std::log(ukv[i * k + h]);
+    for (index_t h = 0; h < k; ++h) u[i * k + h] = std::exp(ml / static_cast<double>(k)) / ukv[i * k + h];
+  }
+  for (index_t it = 0; it < max_iter; ++it) {
+    iterations = it + 1;
+    product(u, x);
+    for (index_t e = 0; e < n * k; ++e) x[e] = A[e] / x[e];
+    product(x, ukv);
+    double err = 0;
+    for (index_t i = 0; i < n; ++i) {
+      double lb = 0, mean = 0, var = 0;
+      for (index_t h = 0; h < k; ++h) {
+        ukv[i * k + h] *= u[i * k + h];
+        lb += w[h] * std::log(ukv[i * k + h]);
+        mean += ukv[i * k + h] / static_cast<double>(k);
+      }
+      for (index_t h = 0; h < k; ++h) var += (ukv[i * k + h] - mean) * (ukv[i * k + h] - mean);
+      err += std::sqrt(var / static_cast<double>(k));
+      bar[i] = std::exp(lb);
+      for (index_t h = 0; h < k; ++h) u[i * k + h] = u[i * k + h] * bar[i] / ukv[i * k + h];
+    }
+    if (it % 10 == 1 && err < tol) break;
+  }
+  return bar;
+}
+
+}  // namespace
+
+TEST_CASE("fixed_support_barycenter: equals POT's iteration written out, symmetric (one pass) or not (two)") {
+  // Odd n (row pairs and vector tails), k = 1 .. 9 (groups of four histograms and remainders).
+  for (index_t n : {2, 3, 37, 203})
+    for (index_t k : {1, 2, 3, 4, 5, 9})
+      for (bool symmetric : {true, false}) {
+        std::vector<double> A, M;
+        make_problem(n, k, static_cast<unsigned>(7 * n + k), A, M);
+        if (!symmetric)  // points of a line against a shifted copy: M_ij != M_ji
+          for (index_t i = 0; i < n; ++i)
+            for (index_t j = 0; j < n; ++j) {
+              const double d = (static_cast<double>(i - j) + 0.3) / static_cast<double>(n);
+              M[i * n + j] = d * d;
+            }
+        std::vector<double> w(static_cast<std::size_t>(k));
+        double total = 0;
+        for (index_t h = 0; h < k; ++h) total += (w[h] = 1.0 + static_cast<double>(h));
+        for (auto& x : w) x /= total;
+        ot::fixed_support_barycenter_params p;
+        p.reg = 2e-2;
+        p.max_iterations = 300;  // (with a non-symmetric K, POT's iteration drifts and overflows eventually)
+        index_t want_iterations = 0;
+        const std::vector<double> want = reference_barycenter(A, M, n, k, w, p.reg, p.tolerance, p.max_iterations,
+                                                              want_iterations);
+        std::vector<double> got, again;
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(symmetric);
+        const auto r = run(A, M, n, k, w, p, got, 1);
+        REQUIRE(r.status != status::numerical_error);
+        CHECK(r.iterations == want_iterations);
+        double top = 0, diff = 0;
+        for (index_t i = 0; i < n; ++i) {
+          top = std::max(top, std::fabs(want[i]));
+          diff = std::max(diff, std::fabs(got[i] - want[i]));
+        }
+        CHECK(diff <= 1e-10 * top);
+        for (int threads : {2, 3}) {
+          run(A, M, n, k, w, p, again, threads);
+          CHECK(std::memcmp(got.data(), again.data(), static_cast<std::size_t>(n) * sizeof(double)) == 0);
+        }
+      }
+}
+
 TEST_CASE("fixed_support_barycenter: the iteration limit is reported") {
   const index_t n = 20, k = 2;
   std::vector<double> A, M, out;

@@ -173,7 +173,7 @@ TEST_CASE("sinkhorn: the float copy of K matches the double iteration to 1e-6 an
   CHECK(r2.converged);
   CHECK(r1.marginal_error < params.tolerance);
   CHECK(max_relative_difference(mixed, exact) < 1e-6);
-  CHECK(std::abs(r1.iterations - r2.iterations) <= params.check_every);
+  CHECK(std::abs(r1.iterations - r2.iterations) <= ot::resolved_check_every(params));
 }
 
 TEST_CASE("sinkhorn: at reg = 1e-3 the log domain stays finite where the plain method underflows") {
@@ -194,6 +194,42 @@ TEST_CASE("sinkhorn: at reg = 1e-3 the log domain stays finite where the plain m
   double row0 = 0;
   for (index_t j = 0; j < p.m; ++j) row0 += plan[j];
   CHECK(row0 == doctest::Approx(p.a[0]).epsilon(1e-6));
+}
+
+TEST_CASE("sinkhorn: check_every 0 is POT's period per method; explicit periods are used as given") {
+  static_assert(ot::sinkhorn_params{}.check_every == 0);
+  ot::sinkhorn_params params;
+  params.method = ot::sinkhorn_method::plain;
+  CHECK(ot::resolved_check_every(params) == 10);
+  params.method = ot::sinkhorn_method::log;
+  CHECK(ot::resolved_check_every(params) == 10);
+  params.method = ot::sinkhorn_method::stabilized;
+  CHECK(ot::resolved_check_every(params) == 20);
+  params.method = ot::sinkhorn_method::epsilon_scaling;
+  CHECK(ot::resolved_check_every(params) == 10);
+  params.check_every = 7;
+  CHECK(ot::resolved_check_every(params) == 7);
+  // Stabilized stops only at a checked iteration: with the default period the count is 1 + a multiple of 20,
+  // the same as with an explicit 20, and an explicit 10 stops at a multiple of 10 no later.
+  const problem p = random_problem(30, 40, 11);
+  std::vector<double> plan;
+  params = {};
+  params.reg = 0.05;
+  params.method = ot::sinkhorn_method::stabilized;
+  const ot::sinkhorn_result by_default = solve(p, params, plan);
+  params.check_every = 20;
+  const ot::sinkhorn_result twenty = solve(p, params, plan);
+  params.check_every = 10;
+  const ot::sinkhorn_result ten = solve(p, params, plan);
+  REQUIRE(by_default.converged);
+  CHECK(by_default.iterations == twenty.iterations);
+  CHECK((by_default.iterations - 1) % 20 == 0);
+  CHECK((ten.iterations - 1) % 10 == 0);
+  CHECK(ten.iterations <= by_default.iterations);
+  CHECK(by_default.iterations - ten.iterations < 20);
+  params.method = ot::sinkhorn_method::plain;
+  params.check_every = 0;
+  CHECK((solve(p, params, plan).iterations - 1) % 10 == 0);
 }
 
 TEST_CASE("sinkhorn: the iteration limit is reported, not hidden") {
@@ -323,8 +359,9 @@ TEST_CASE("sinkhorn: bad input is rejected with a message naming the argument") 
   bad.reg = 0;
   CHECK(call(a, b, bad).find("params.reg must be finite and > 0, got 0") != std::string::npos);
   bad = ok;
-  bad.check_every = 0;
-  CHECK(call(a, b, bad).find("params.check_every") != std::string::npos);
+  bad.check_every = -1;
+  CHECK(call(a, b, bad).find("params.check_every must be >= 1, or 0 for POT's period of the method, got -1") !=
+        std::string::npos);
   CHECK(call({0.5, 0.5}, b, ok).find("cost must be 2 x 3") != std::string::npos);
   CHECK(call(a, b, ok, 2).find("plan must be 4 x 3") != std::string::npos);
   std::vector<double> bad_cost = p.cost;

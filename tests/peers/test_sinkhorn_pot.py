@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`moecomp sinkhorn` against POT's ot.sinkhorn (0.8.2 conventions).
 
-* plain (sinkhorn_knopp), log (sinkhorn_log), stabilized (sinkhorn_stabilized, POT's check period 20) and
+* plain (sinkhorn_knopp), log (sinkhorn_log), stabilized (sinkhorn_stabilized, POT's check period 20, which
+  the default check_every = 0 must resolve to; an explicit --check-every 10 against print_period = 10) and
   epsilon_scaling on random histograms and squared Euclidean costs scaled to [0, 1], reg 5e-2 and 1e-2: the
   plan to 1e-6 relative (max |P - P_pot| / max P_pot), the cost to 1e-6, and the iteration count (POT's
   log niter + 1; epsilon_scaling: outer steps). The n = 700 case takes the float-kernel path of `plain`.
@@ -13,13 +14,12 @@
 Usage: test_sinkhorn_pot.py PATH/TO/moecomp"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_common import require  # noqa: E402
+from peer_common import ToolRunner, require  # noqa: E402
 
 np, ot = require("numpy", "ot")
 warnings.simplefilter("ignore")
@@ -28,16 +28,7 @@ POT_METHOD = {"plain": "sinkhorn", "log": "sinkhorn_log", "stabilized": "sinkhor
               "epsilon_scaling": "sinkhorn_epsilon_scaling"}
 
 
-class Checker:
-    def __init__(self, tool, tmp):
-        self.tool, self.tmp = tool, tmp
-        self.checks = self.failures = 0
-
-    def path(self, name):
-        return os.path.join(self.tmp, name)
-
-    def run(self, *args):
-        return subprocess.run([self.tool, *args], capture_output=True, text=True)
+class Checker(ToolRunner):
 
     def check(self, label, ok, detail):
         self.checks += 1
@@ -110,12 +101,23 @@ def main():
                 for method in ("plain", "log", "stabilized", "epsilon_scaling"):
                     if method == "epsilon_scaling" and n * m > 50000:
                         continue
-                    # (the CLI's default check period for stabilized is POT's, 20)
+                    # No --check-every: the library default (check_every = 0) must resolve to POT's period
+                    # for the method (20 for stabilized, 10 otherwise), or the iteration counts differ.
                     compare(f"{method} {n}x{m} reg {reg}", a, b, M, reg, method)
         a, b, M = problem(rng, 120, 100)
         compare("log 120x100 reg 1e-3 (iteration limit)", a, b, M, 1e-3, "log")
         compare("plain tol 1e-5 max-iter 50", a, b, M, 1e-2, "plain", ("--tol", "1e-5", "--max-iter", "50"),
                 {"stopThr": 1e-5, "numItermax": 50})
+        # An explicit period overrides POT's: stabilized every 10 = POT's print_period = 10, and the default
+        # period (20) stops at a different iteration on this problem.
+        a, b, M = problem(rng, 200, 150)
+        compare("stabilized --check-every 10 (POT print_period 10)", a, b, M, 1e-2, "stabilized",
+                ("--check-every", "10"), {"print_period": 10})
+        _, log10 = ot.sinkhorn(a, b, M, 1e-2, method="sinkhorn_stabilized", log=True, print_period=10)
+        _, log20 = ot.sinkhorn(a, b, M, 1e-2, method="sinkhorn_stabilized", log=True)
+        c.check("stabilized periods 10 and 20 stop apart (the case above is discriminating)",
+                log10.get("niter", log10.get("n_iter")) != log20.get("niter", log20.get("n_iter")),
+                f"POT niter {log10.get('niter', log10.get('n_iter'))} vs {log20.get('niter', log20.get('n_iter'))}")
         a32, b32, M32 = problem(rng, 50, 40, np.float32)
         compare("float32 plain", a32, b32, M32, 5e-2, "plain", check_iterations=False, rtol=1e-3)
 
@@ -141,6 +143,8 @@ def main():
         c.expect_error("NaN cost", ["sinkhorn", paths[0], paths[1], nan_m, "--reg", "0.1"], "(2, 1)")
         c.expect_error("cost shape", ["sinkhorn", paths[0], paths[1], bad_shape, "--reg", "0.1"], "(4, 3)", "(3, 3)")
         c.expect_error("2-D histogram", ["sinkhorn", bad_shape, paths[1], paths[2], "--reg", "0.1"], "1-D")
+        c.expect_error("check-every 0", ["sinkhorn", *paths, "--reg", "0.1", "--check-every", "0"],
+                       "--check-every", "0")
         c.expect_error("max-iter 0", ["sinkhorn", *paths, "--reg", "0.1", "--max-iter", "0"], "--max-iter")
 
         print(f"{c.checks - c.failures} passed, {c.failures} failed")

@@ -50,9 +50,11 @@ struct sinkhorn_params {
   /// tested with `<` (plain, log) or `<=` (stabilized) as POT does; epsilon_scaling:
   /// ||P^T 1 - b||_2^2 + ||P 1 - a||_2^2 <= tolerance.
   double tolerance = 1e-9;
-  /// The error is evaluated at iterations 0, check_every, 2 check_every, ... (POT: 10). For epsilon_scaling
-  /// it is the outer check period (POT print_period, 10).
-  index_t check_every = 10;
+  /// The error is evaluated at iterations 0, check_every, 2 check_every, ... For epsilon_scaling it is the
+  /// outer check period. 0 (the default) means POT's period for the chosen method, see
+  /// resolved_check_every: 10 for plain, log and epsilon_scaling, 20 for stabilized. Values >= 1 are used
+  /// as given; negative values are rejected.
+  index_t check_every = 0;
   /// stabilized / epsilon_scaling: absorb the scalings into the kernel when max |u| or max |v| exceeds tau
   /// (POT tau).
   double absorb_threshold = 1e3;
@@ -71,6 +73,15 @@ struct sinkhorn_params {
   /// underflow or overflow that matters) and the matrix has at least 2^18 entries. false: iterate in double.
   bool allow_float_kernel = true;
 };
+
+/// POT 0.8.2's error period for a method: sinkhorn_knopp and sinkhorn_log test every 10 iterations,
+/// sinkhorn_stabilized every 20 (print_period), sinkhorn_epsilon_scaling every 10 outer steps (print_period).
+constexpr index_t pot_check_every(sinkhorn_method m) noexcept { return m == sinkhorn_method::stabilized ? 20 : 10; }
+
+/// The error period the solvers use: params.check_every when >= 1, else pot_check_every(params.method).
+constexpr index_t resolved_check_every(const sinkhorn_params& params) noexcept {
+  return params.check_every >= 1 ? params.check_every : pot_check_every(params.method);
+}
 
 struct sinkhorn_result {
   /// <P, C> of the returned plan.

@@ -30,7 +30,8 @@ inline void check_sinkhorn_params(const char* function, const sinkhorn_params& p
   MOECOMP_EXPECTS(p.max_iterations >= 1, function, ": params.max_iterations must be >= 1, got ", p.max_iterations);
   MOECOMP_EXPECTS(std::isfinite(p.tolerance) && p.tolerance >= 0, function,
                   ": params.tolerance must be finite and >= 0, got ", p.tolerance);
-  MOECOMP_EXPECTS(p.check_every >= 1, function, ": params.check_every must be >= 1, got ", p.check_every);
+  MOECOMP_EXPECTS(p.check_every >= 0, function,
+                  ": params.check_every must be >= 1, or 0 for POT's period of the method, got ", p.check_every);
   if (p.method == sinkhorn_method::stabilized || p.method == sinkhorn_method::epsilon_scaling)
     MOECOMP_EXPECTS(p.absorb_threshold > 0 && !std::isnan(p.absorb_threshold), function,
                     ": params.absorb_threshold must be > 0, got ", p.absorb_threshold);

@@ -160,7 +160,7 @@ scaling_outcome plain_loop(int threads, const sinkhorn_params& p, matrix_view<co
       out.numerical_error = true;
       return out;
     }
-    if (it % p.check_every == 0) {
+    if (it % resolved_check_every(p) == 0) {
       out.error = std::sqrt(sum_in_order(terms, m));
       if (out.error < p.tolerance) {
         out.converged = true;
@@ -380,7 +380,7 @@ scaling_outcome log_iterations(int threads, const sinkhorn_params& p, matrix_vie
       out.numerical_error = true;
       return out;
     }
-    if (it % p.check_every == 0) {
+    if (it % resolved_check_every(p) == 0) {
       out.error = std::sqrt(sum_in_order(terms, m));
       if (out.error < p.tolerance) {
         out.converged = true;
@@ -412,7 +412,7 @@ sinkhorn_result solve_one(const host_context& ctx, int threads, const sinkhorn_p
       log_domain = true;
       break;
     case sinkhorn_method::stabilized:
-      outcome = stabilized_iterations(threads, p.reg, p.max_iterations, p.tolerance, p.check_every,
+      outcome = stabilized_iterations(threads, p.reg, p.max_iterations, p.tolerance, resolved_check_every(p),
                                       p.absorb_threshold, cost, plan, ws);
       break;
     case sinkhorn_method::epsilon_scaling: {
@@ -428,7 +428,7 @@ sinkhorn_result solve_one(const host_context& ctx, int threads, const sinkhorn_p
           outcome.numerical_error = true;
           break;
         }
-        if (it % p.check_every == 0) {
+        if (it % resolved_check_every(p) == 0) {
           // ||P^T 1 - b||^2 + ||P 1 - a||^2 of the current plan u_i K_ij v_j.
           for (index_t j = 0; j < m; ++j) ws.terms[j] = 0;
           double rows = 0;

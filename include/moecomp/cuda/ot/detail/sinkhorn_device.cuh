@@ -296,7 +296,7 @@ sinkhorn_result* run_sinkhorn(const cuda_context& ctx, const sinkhorn_params& pa
   args.v_saved = at<double>(base, plan.v_saved);
   args.inv_reg = 1.0 / params.reg;
   args.max_iterations = params.max_iterations;
-  args.check_every = params.check_every;
+  args.check_every = resolved_check_every(params);  // 0 means POT's period: 10 for the log method
   args.tolerance = params.tolerance;
   args.results = at<sinkhorn_result>(base, plan.results);
 
