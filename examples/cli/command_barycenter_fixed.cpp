@@ -12,43 +12,6 @@
 namespace moecomp_cli {
 namespace {
 
-std::string shape_text(const std::vector<moecomp::index_t>& shape) {
-  std::ostringstream s;
-  s << "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
-  s << (shape.size() == 1 ? ",)" : ")");
-  return s.str();
-}
-
-/// Histogram weights from --weights: 1-D, k finite entries >= 0 summing to 1 (within 1e-6).
-std::vector<double> load_weights(const std::string& path, moecomp::index_t k) {
-  using namespace moecomp;
-  const io::npy_array array = read_operand(path);
-  if (array.dtype() != io::npy_dtype::float32 && array.dtype() != io::npy_dtype::float64)
-    throw usage_error("option --weights: " + path + ": dtype " + io::to_string(array.dtype()) +
-                      " is not accepted here, expected float32 or float64");
-  if (array.ndim() != 1 || array.shape()[0] != k)
-    throw usage_error("option --weights: " + path + ": expected shape (" + std::to_string(k) + ",) for " +
-                      std::to_string(k) + " histograms, got shape " + shape_text(array.shape()));
-  const host_vector<double> w = array.to_vector<double>();
-  double sum = 0.0;
-  for (index_t j = 0; j < k; ++j) {
-    if (!(std::isfinite(w[j]) && w[j] >= 0.0)) {
-      std::ostringstream m;
-      m << "option --weights: " << path << ": entries must be finite and >= 0, got " << w[j] << " at index " << j;
-      throw usage_error(m.str());
-    }
-    sum += w[j];
-  }
-  if (std::abs(sum - 1.0) > 1e-6) {
-    std::ostringstream m;
-    m.precision(17);
-    m << "option --weights: " << path << ": entries must sum to 1 (within 1e-6), got " << sum;
-    throw usage_error(m.str());
-  }
-  return std::vector<double>(w.storage().begin(), w.storage().end());
-}
-
 template <class T>
 int run_barycenter_fixed(const arguments& args, const std::vector<moecomp::io::npy_array>& inputs) {
   using namespace moecomp;
@@ -63,7 +26,7 @@ int run_barycenter_fixed(const arguments& args, const std::vector<moecomp::io::n
     throw usage_error(paths[1] + ": expected shape " + shape_text({n, n}) + " (n = rows of " + paths[0] + "), got " +
                       shape_text(inputs[1].shape()));
   std::vector<double> weights(static_cast<std::size_t>(k), 1.0 / static_cast<double>(k));
-  if (const auto w = args.value("--weights")) weights = load_weights(*w, k);
+  if (const auto w = args.value("--weights")) weights = load_weights(*w, k, "histograms");
 
   ot::fixed_support_barycenter_params params;
   if (!args.value("--reg")) throw usage_error("option --reg: required (absolute regularisation, > 0)");

@@ -11,14 +11,6 @@
 namespace moecomp_cli {
 namespace {
 
-std::string shape_text(const std::vector<moecomp::index_t>& shape) {
-  std::ostringstream s;
-  s << "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) s << (k ? ", " : "") << shape[k];
-  s << (shape.size() == 1 ? ",)" : ")");
-  return s.str();
-}
-
 /// A 1-D float histogram operand, converted to T.
 template <class T>
 moecomp::host_vector<T> load_histogram(const std::string& path, const moecomp::io::npy_array& array) {
@@ -58,12 +50,13 @@ int run_sinkhorn(const arguments& args, const std::vector<moecomp::io::npy_array
   params.tolerance = args.number("--tol", 1e-9);
   if (!(std::isfinite(params.tolerance) && params.tolerance >= 0))
     throw usage_error("option --tol: expected a finite number >= 0, got " + args.value_or("--tol", ""));
-  // POT's sinkhorn_stabilized tests its error every 20 iterations (print_period), the others every 10.
-  const long long check_every =
-      args.integer("--check-every", params.method == ot::sinkhorn_method::stabilized ? 20 : 10);
-  if (check_every < 1)
-    throw usage_error("option --check-every: expected an integer >= 1, got " + std::to_string(check_every));
-  params.check_every = check_every;
+  // Absent: the library's default 0, POT's period for the method (20 for stabilized, else 10).
+  if (args.value("--check-every")) {
+    const long long check_every = args.integer("--check-every", 0);
+    if (check_every < 1)
+      throw usage_error("option --check-every: expected an integer >= 1, got " + std::to_string(check_every));
+    params.check_every = check_every;
+  }
   const host_context ctx = make_context(args);
 
   host_matrix<T> plan(a.size(), b.size());

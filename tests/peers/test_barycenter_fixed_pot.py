@@ -11,28 +11,18 @@
 Usage: test_barycenter_fixed_pot.py PATH/TO/moecomp"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_common import require  # noqa: E402
+from peer_common import ToolRunner, require  # noqa: E402
 
 np, ot = require("numpy", "ot")
 warnings.simplefilter("ignore")
 
 
-class Checker:
-    def __init__(self, tool, tmp):
-        self.tool, self.tmp = tool, tmp
-        self.checks = self.failures = 0
-
-    def path(self, name):
-        return os.path.join(self.tmp, name)
-
-    def run(self, *args):
-        return subprocess.run([self.tool, *args], capture_output=True, text=True)
+class Checker(ToolRunner):
 
     def check(self, label, ok, detail):
         self.checks += 1
