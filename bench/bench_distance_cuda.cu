@@ -15,6 +15,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda_bench_support.cuh"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -24,49 +26,8 @@ namespace {
 using moecomp::index_t;
 namespace dist = moecomp::distance;
 
-bool have_device(benchmark::State& state) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    state.SkipWithError("no CUDA device");
-    return false;
-  }
-  return true;
-}
-
-/// Stream, handle and timing events for one benchmark.
-struct gpu_session {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t handle = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  gpu_session() {
-    MOECOMP_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    MOECOMP_CUBLAS_TRY(cublasCreate(&handle));
-    MOECOMP_CUBLAS_TRY(cublasSetStream(handle, stream));
-    MOECOMP_CUDA_TRY(cudaEventCreate(&start));
-    MOECOMP_CUDA_TRY(cudaEventCreate(&stop));
-  }
-  ~gpu_session() {
-    (void)cudaEventDestroy(stop);
-    (void)cudaEventDestroy(start);
-    (void)cublasDestroy(handle);
-    (void)cudaStreamDestroy(stream);
-  }
-  gpu_session(const gpu_session&) = delete;
-  gpu_session& operator=(const gpu_session&) = delete;
-  moecomp::cuda_context context() const { return moecomp::cuda_context(stream, handle); }
-
-  /// Seconds of GPU time `enqueue()` takes on the stream.
-  template <class F>
-  double time(F&& enqueue) {
-    MOECOMP_CUDA_TRY(cudaEventRecord(start, stream));
-    enqueue();
-    MOECOMP_CUDA_TRY(cudaEventRecord(stop, stream));
-    MOECOMP_CUDA_TRY(cudaEventSynchronize(stop));
-    float milliseconds = 0.0f;
-    MOECOMP_CUDA_TRY(cudaEventElapsedTime(&milliseconds, start, stop));
-    return 1e-3 * static_cast<double>(milliseconds);
-  }
-};
+using moecomp_bench::gpu_session;
+using moecomp_bench::have_device;
 
 /// n x d uniform [-1, 1) points on the device.
 moecomp::device_buffer<float> device_points(const moecomp::cuda_context& ctx, index_t n, index_t d) {
@@ -100,7 +61,7 @@ void pdist_cuda(benchmark::State& state) {
   run();  // warm-up: module load, cuBLAS heuristics
   double total = 0.0;
   for (auto _ : state) {
-    const double seconds = gpu.time(run);
+    const double seconds = gpu.event_time(run);
     state.SetIterationTime(seconds);
     total += seconds;
   }
@@ -123,7 +84,7 @@ void square_cuda(benchmark::State& state) {
   run();
   double total = 0.0;
   for (auto _ : state) {
-    const double seconds = gpu.time(run);
+    const double seconds = gpu.event_time(run);
     state.SetIterationTime(seconds);
     total += seconds;
   }
@@ -150,7 +111,7 @@ void cublas_sgemm(benchmark::State& state) {
   run();
   double total = 0.0;
   for (auto _ : state) {
-    const double seconds = gpu.time(run);
+    const double seconds = gpu.event_time(run);
     state.SetIterationTime(seconds);
     total += seconds;
   }

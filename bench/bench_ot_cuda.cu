@@ -15,6 +15,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include "cuda_bench_support.cuh"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,54 +26,8 @@ namespace {
 using moecomp::index_t;
 namespace ot = moecomp::ot;
 
-bool have_device(benchmark::State& state) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    state.SkipWithError("no CUDA device");
-    return false;
-  }
-  return true;
-}
-
-struct gpu_session {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t handle = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  gpu_session() {
-    MOECOMP_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    MOECOMP_CUBLAS_TRY(cublasCreate(&handle));
-    MOECOMP_CUBLAS_TRY(cublasSetStream(handle, stream));
-    MOECOMP_CUDA_TRY(cudaEventCreate(&start));
-    MOECOMP_CUDA_TRY(cudaEventCreate(&stop));
-  }
-  ~gpu_session() {
-    (void)cudaEventDestroy(stop);
-    (void)cudaEventDestroy(start);
-    (void)cublasDestroy(handle);
-    (void)cudaStreamDestroy(stream);
-  }
-  gpu_session(const gpu_session&) = delete;
-  gpu_session& operator=(const gpu_session&) = delete;
-  moecomp::cuda_context context() const { return moecomp::cuda_context(stream, handle); }
-  template <class F>
-  double event_time(F&& enqueue) {
-    MOECOMP_CUDA_TRY(cudaEventRecord(start, stream));
-    enqueue();
-    MOECOMP_CUDA_TRY(cudaEventRecord(stop, stream));
-    MOECOMP_CUDA_TRY(cudaEventSynchronize(stop));
-    float milliseconds = 0.0f;
-    MOECOMP_CUDA_TRY(cudaEventElapsedTime(&milliseconds, start, stop));
-    return 1e-3 * static_cast<double>(milliseconds);
-  }
-  template <class F>
-  double wall_time(F&& call) {
-    MOECOMP_CUDA_TRY(cudaStreamSynchronize(stream));
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    MOECOMP_CUDA_TRY(cudaStreamSynchronize(stream));
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-};
+using moecomp_bench::gpu_session;
+using moecomp_bench::have_device;
 
 /// x[i] = low + (high - low) * u(seed, i), u a splitmix64 hash of the index mapped to [0, 1).
 template <class T>
