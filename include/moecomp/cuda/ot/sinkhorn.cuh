@@ -87,15 +87,17 @@ std::size_t sinkhorn_batched_workspace_size(const sinkhorn_params& params, index
 
 /// `batch` independent problems on the device: problem p has weights a(p, :) (n) and b(p, :) (m), costs
 /// rows [p n, (p + 1) n) of `costs`, and gets its plan in the same rows of `plans` and its result in
-/// results[p] (device memory). Asynchronous (see above). a, b, costs: const or mutable views of T.
-template <class T, class UA, class UB, class UC,
+/// results[p]. With `results` in device memory the call is asynchronous (see above); with `results` in host
+/// memory it copies them back and SYNCHRONISES ctx.stream. a, b, costs: const or mutable views of T.
+template <class T, class UA, class UB, class UC, class ResultSpace,
           std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
                                std::is_same_v<std::remove_const_t<UC>, T>,
                            int> = 0>
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
                       matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
-                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, device_memory> results,
+                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results,
                       vector_view<std::byte, device_memory> workspace) {
+  constexpr bool results_on_host = std::is_same_v<ResultSpace, host_memory>;
   cuda_detail::check_element_type<T>();
   constexpr const char* function = "sinkhorn_batched";
   cuda_detail::check_sinkhorn_params(function, params);
@@ -106,56 +108,19 @@ void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, ma
   const auto problem = cuda_detail::batched_problem<T>(a, b, costs, plans);
   const sinkhorn_result* device_results = cuda_detail::run_sinkhorn<T>(ctx, params, problem, plan, workspace.data());
   moecomp::detail::copy_rows_async<sinkhorn_result>(ctx, results.data(), results.stride(), device_results, 1, 1,
-                                                    results.size(), cudaMemcpyDeviceToDevice);
+                                                    results.size(),
+                                                    results_on_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
+  if (results_on_host) MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
 }
 
 /// As above, with the workspace from ctx's allocator.
-template <class T, class UA, class UB, class UC,
+template <class T, class UA, class UB, class UC, class ResultSpace,
           std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
                                std::is_same_v<std::remove_const_t<UC>, T>,
                            int> = 0>
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
                       matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
-                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, device_memory> results) {
-  cuda_detail::check_element_type<T>();
-  cuda_detail::check_sinkhorn_params("sinkhorn_batched", params);
-  cuda_detail::check_batched_shapes("sinkhorn_batched", a, b, costs, plans, results.size());
-  const cuda_detail::scoped_workspace workspace(ctx,
-                                                sinkhorn_batched_workspace_size<T>(params, a.rows(), a.cols(), b.cols()));
-  sinkhorn_batched(ctx, params, a, b, costs, plans, results, workspace.view());
-}
-
-/// As above with the results in host memory: copies them back and synchronises ctx.stream.
-template <class T, class UA, class UB, class UC,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
-                               std::is_same_v<std::remove_const_t<UC>, T>,
-                           int> = 0>
-void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
-                      matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
-                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, host_memory> results,
-                      vector_view<std::byte, device_memory> workspace) {
-  cuda_detail::check_element_type<T>();
-  constexpr const char* function = "sinkhorn_batched";
-  cuda_detail::check_sinkhorn_params(function, params);
-  cuda_detail::check_batched_shapes(function, a, b, costs, plans, results.size());
-  const auto plan = cuda_detail::make_sinkhorn_plan<T>(function, a.rows(), a.cols(), b.cols());
-  if (plan.bytes == 0) return;
-  cuda_detail::check_workspace(function, plan.bytes, workspace);
-  const auto problem = cuda_detail::batched_problem<T>(a, b, costs, plans);
-  const sinkhorn_result* device_results = cuda_detail::run_sinkhorn<T>(ctx, params, problem, plan, workspace.data());
-  moecomp::detail::copy_rows_async<sinkhorn_result>(ctx, results.data(), results.stride(), device_results, 1, 1,
-                                                    results.size(), cudaMemcpyDeviceToHost);
-  MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
-}
-
-/// As above, with the workspace from ctx's allocator.
-template <class T, class UA, class UB, class UC,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
-                               std::is_same_v<std::remove_const_t<UC>, T>,
-                           int> = 0>
-void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
-                      matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
-                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, host_memory> results) {
+                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results) {
   cuda_detail::check_element_type<T>();
   cuda_detail::check_sinkhorn_params("sinkhorn_batched", params);
   cuda_detail::check_batched_shapes("sinkhorn_batched", a, b, costs, plans, results.size());
