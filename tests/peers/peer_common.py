@@ -35,3 +35,30 @@ class ToolRunner:
 
     def run(self, *args):
         return subprocess.run([self.tool, *args], capture_output=True, text=True)
+
+    def check(self, label, ok, detail):
+        self.checks += 1
+        if not ok:
+            self.failures += 1
+        print(f"{'ok  ' if ok else 'FAIL'} {label}: {detail}")
+
+    def expect_error(self, label, args, *fragments):
+        """Exit 2 with one 'moecomp: error:' line holding every fragment, no output file created, and an
+        existing output file left exactly as it was."""
+        self.checks += 1
+        out = self.path("never.npy")
+        if os.path.exists(out):
+            os.remove(out)
+        r = self.run(*args, "-o", out)
+        lines = r.stderr.strip().splitlines()
+        ok = (r.returncode == 2 and len(lines) == 1 and lines[0].startswith("moecomp: error:")
+              and all(f in lines[0] for f in fragments) and not os.path.exists(out))
+        keep, content = self.path("keep.npy"), b"an existing output file"
+        with open(keep, "wb") as f:
+            f.write(content)
+        r2 = self.run(*args, "-o", keep)
+        with open(keep, "rb") as f:
+            ok = ok and r2.returncode == 2 and f.read() == content
+        if not ok:
+            self.failures += 1
+        print(f"{'ok  ' if ok else 'FAIL'} error {label}: {lines[0] if lines else r.stderr!r}")
