@@ -162,11 +162,16 @@ TEST_CASE("sinkhorn: marginals hold at convergence and the four methods agree") 
 }
 
 TEST_CASE("sinkhorn: the float copy of K matches the double iteration to 1e-6 and meets the tolerance exactly") {
-  const problem p = random_problem(600, 500, 4);  // 3e5 entries: the float-kernel path
+  const problem p = random_problem(601, 503, 4);  // 3e5 entries: the float-kernel path; odd sizes
   ot::sinkhorn_params params;
   params.reg = 1e-2;
-  std::vector<double> mixed, exact;
-  const auto r1 = solve(p, params, mixed);
+  std::vector<double> mixed, mixed_serial, exact;
+  const auto r1 = solve(p, params, mixed, 2);
+  // The float path too is bit-identical for any thread count (row blocks, pipelined row pairs, odd tails).
+  const auto r1_serial = solve(p, params, mixed_serial, 1);
+  CHECK(std::memcmp(mixed.data(), mixed_serial.data(), mixed.size() * sizeof(double)) == 0);
+  CHECK(r1.cost == r1_serial.cost);
+  CHECK(r1.iterations == r1_serial.iterations);
   params.allow_float_kernel = false;
   const auto r2 = solve(p, params, exact);
   CHECK(r1.converged);

@@ -85,13 +85,11 @@ double scale_kernel_into_plan(int threads, matrix_view<const T> cost, const doub
     T* p = plan.row_ptr(i);
     const T* c = cost.row_ptr(i);
     const double u_i = u[i];
-    double s = 0;
     for (index_t j = 0; j < m; ++j) {
       const T value = static_cast<T>(u_i * static_cast<double>(p[j]) * v[j]);
       p[j] = value;
-      s += static_cast<double>(value) * static_cast<double>(c[j]);
     }
-    row_cost[i] = s;
+    row_cost[i] = kernel_dot(p, c, m);  // a second pass over the row, in L1: 16 partial sums
   }
   return sum_in_order(row_cost, n);
 }
@@ -110,13 +108,11 @@ double log_plan(int threads, matrix_view<const T> cost, double reg, const double
     T* p = plan.row_ptr(i);
     const T* c = cost.row_ptr(i);
     const double u_i = u[i];
-    double s = 0;
     for (index_t j = 0; j < m; ++j) {
       const T value = static_cast<T>(exp_vectorizable(static_cast<double>(c[j]) * scale + u_i + v[j]));
       p[j] = value;
-      s += static_cast<double>(value) * static_cast<double>(c[j]);
     }
-    row_cost[i] = s;
+    row_cost[i] = kernel_dot(p, c, m);  // a second pass over the row, in L1: 16 partial sums
   }
   return sum_in_order(row_cost, n);
 }
@@ -187,20 +183,21 @@ bool plain_iterations(const host_context& ctx, int threads, const sinkhorn_param
   const auto fit_v = [=](index_t j, double ktu) { v_next[j] = scaling_from(b[j], ktu); };
   if (std::is_same_v<T, double> && p.allow_float_kernel && n * m >= sinkhorn_float_kernel_min_entries) {
     moecomp::detail::host_workspace<float> kernel_f(ctx, static_cast<std::size_t>(n * m));
-    moecomp::detail::host_workspace<std::int64_t> column_max(ctx, ws.blocks.acc_size());
-    moecomp::detail::host_workspace<double> row_max(ctx, static_cast<std::size_t>(ws.blocks.count));
+    moecomp::detail::host_workspace<std::int32_t> column_max(ctx, ws.blocks.acc_size());
+    moecomp::detail::host_workspace<std::int32_t> row_max(ctx, static_cast<std::size_t>(ws.blocks.count));
     const matrix_view<float> kf(kernel_f.data(), n, m);
     build_kernel_pass(threads, cost, p.reg, nullptr, nullptr, kf, 1.0 / static_cast<double>(n), nullptr, ws.blocks,
                       ws.acc, fit_v, kernel_extent{column_max.data(), row_max.data()});
+    // Every row and column of the float K must have an entry well inside float's range: then no dot product
+    // loses its leading terms to underflow, and no column sum overflows.
     bool safe = true;
-    for (index_t blk = 0; blk < ws.blocks.count; ++blk) safe = safe && row_max[static_cast<std::size_t>(blk)] >= 1e-30;
+    for (index_t blk = 0; blk < ws.blocks.count; ++blk)
+      safe = safe && float_from_bits(row_max[static_cast<std::size_t>(blk)]) >= 1e-30f;
     for (index_t j = 0; j < m && safe; ++j) {
-      std::int64_t top = 0;
+      std::int32_t top = 0;
       for (index_t blk = 0; blk < ws.blocks.count; ++blk)
         top = std::max(top, column_max[static_cast<std::size_t>(blk * ws.blocks.acc_stride + j)]);
-      double top_value;
-      std::memcpy(&top_value, &top, 8);
-      safe = top_value >= 1e-30 && top_value <= 1e30;
+      safe = float_from_bits(top) >= 1e-30f && float_from_bits(top) <= 1e30f;
     }
     if (safe) {
       out = plain_loop<float>(threads, p, kf, ws, 0, scaling_outcome{});

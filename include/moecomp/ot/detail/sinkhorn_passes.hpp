@@ -10,6 +10,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/ot/detail/sinkhorn_exp.hpp>
+#include <moecomp/ot/detail/sinkhorn_kernels.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -99,44 +101,6 @@ struct row_blocks {
   std::size_t acc_size() const { return static_cast<std::size_t>(count * acc_stride); }
 };
 
-/// Sum of 16 partial sums in a fixed tree order.
-inline double sum16(const double* p) {
-  double h[8];
-  for (int l = 0; l < 8; ++l) h[l] = p[l] + p[l + 8];
-  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
-}
-
-/// sum_j x_j y_j with 16 partial sums (four independent vector accumulators, so the loop is not bound by
-/// the add latency), combined in a fixed order: the same result for any thread count.
-template <class T>
-inline double sinkhorn_dot(const T* x, const double* y, index_t m) {
-  double p[16] = {};
-  index_t j = 0;
-  for (; j + 16 <= m; j += 16)
-    for (int l = 0; l < 16; ++l) p[l] += static_cast<double>(x[j + l]) * y[j + l];
-  double s = sum16(p);
-  for (; j < m; ++j) s += static_cast<double>(x[j]) * y[j];
-  return s;
-}
-
-/// Two rows at once (v is read once for both).
-template <class T>
-inline void sinkhorn_dot2(const T* x0, const T* x1, const double* y, index_t m, double& s0, double& s1) {
-  double p[16] = {}, q[16] = {};
-  index_t j = 0;
-  for (; j + 16 <= m; j += 16)
-    for (int l = 0; l < 16; ++l) {
-      p[l] += static_cast<double>(x0[j + l]) * y[j + l];
-      q[l] += static_cast<double>(x1[j + l]) * y[j + l];
-    }
-  s0 = sum16(p);
-  s1 = sum16(q);
-  for (; j < m; ++j) {
-    s0 += static_cast<double>(x0[j]) * y[j];
-    s1 += static_cast<double>(x1[j]) * y[j];
-  }
-}
-
 inline double scaling_from(double mass, double s) { return mass == 0 ? 0.0 : mass / s; }
 
 /// One Sinkhorn half-and-a-half step on kernel K (stored in T): u_i = a_i / (K v)_i for every row and
@@ -156,22 +120,29 @@ void scaling_pass(int threads, matrix_view<const T> kernel, const double* a, con
       for (index_t j = 0; j < m; ++j) col[j] = 0;
       const index_t i1 = blocks.first_row(b + 1);
       index_t i = blocks.first_row(b);
-      for (; i + 2 <= i1; i += 2) {
-        const T* k0 = kernel.row_ptr(i);
-        const T* k1 = kernel.row_ptr(i + 1);
+      if (i + 2 <= i1) {
+        // Software-pipelined over row pairs: the dot products of pair p + 1 are computed in the loop that
+        // adds pair p to the column sums.
         double s0, s1;
-        sinkhorn_dot2(k0, k1, v, m, s0, s1);
-        const double u0 = scaling_from(a[i], s0), u1 = scaling_from(a[i + 1], s1);
-        u[i] = u0;
-        u[i + 1] = u1;
-        for (index_t j = 0; j < m; ++j)
-          col[j] += u0 * static_cast<double>(k0[j]) + u1 * static_cast<double>(k1[j]);
+        kernel_dot2(kernel.row_ptr(i), kernel.row_ptr(i + 1), v, m, s0, s1);
+        for (;; i += 2) {
+          const double u0 = scaling_from(a[i], s0), u1 = scaling_from(a[i + 1], s1);
+          u[i] = u0;
+          u[i + 1] = u1;
+          if (i + 4 > i1) {
+            kernel_axpy2(col, u0, kernel.row_ptr(i), u1, kernel.row_ptr(i + 1), m);
+            i += 2;
+            break;
+          }
+          kernel_axpy2_dot2(col, u0, kernel.row_ptr(i), u1, kernel.row_ptr(i + 1), kernel.row_ptr(i + 2),
+                            kernel.row_ptr(i + 3), v, m, s0, s1);
+        }
       }
       if (i < i1) {
         const T* k0 = kernel.row_ptr(i);
-        const double u0 = scaling_from(a[i], sinkhorn_dot(k0, v, m));
+        const double u0 = scaling_from(a[i], kernel_dot(k0, v, m));
         u[i] = u0;
-        for (index_t j = 0; j < m; ++j) col[j] += u0 * static_cast<double>(k0[j]);
+        kernel_axpy(col, u0, k0, m);
       }
     }
     sinkhorn_team_barrier(nt);
@@ -179,13 +150,21 @@ void scaling_pass(int threads, matrix_view<const T> kernel, const double* a, con
   });
 }
 
-/// Optional by-products of build_kernel_pass, used to decide whether a float copy of K is safe: per block,
-/// the column maxima of K (as the bit patterns of positive doubles, whose integer order is their order:
-/// this keeps the loop vectorisable) and the smallest row maximum.
+/// Optional by-products of build_kernel_pass with a float K, used to decide whether the float copy is
+/// safe: per block, the column maxima of K and the smallest row maximum. Kept as the bit patterns of the
+/// (non-negative) floats, whose int32 order is their order: integer maxima vectorise (a float comparison may
+/// trap on NaN, which keeps GCC from vectorising it without -fno-trapping-math).
 struct kernel_extent {
-  std::int64_t* column_max_bits = nullptr;  // blocks.count x blocks.acc_stride
-  double* block_min_row_max = nullptr;      // blocks.count
+  std::int32_t* column_max_bits = nullptr;  // blocks.count x blocks.acc_stride
+  std::int32_t* block_min_row_max_bits = nullptr;  // blocks.count
 };
+
+/// The float whose bit pattern is `bits`.
+inline float float_from_bits(std::int32_t bits) noexcept {
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
 
 /// Builds K_ij = exp(-(C_ij - alpha_i - beta_j) / reg) into `kernel` (stored as K: T or float; alpha, beta
 /// may be null: zero) and accumulates K^T u0 with u0_i = u_rows[i] (or u_start for every row when u_rows
@@ -203,10 +182,10 @@ void build_kernel_pass(int threads, matrix_view<const T> cost, double reg, const
     for (index_t b; (b = block_queue.next()) < blocks.count;) {
       double* col = acc + b * blocks.acc_stride;
       for (index_t j = 0; j < m; ++j) col[j] = 0;
-      std::int64_t* col_max = extent.column_max_bits ? extent.column_max_bits + b * blocks.acc_stride : nullptr;
+      std::int32_t* col_max = extent.column_max_bits ? extent.column_max_bits + b * blocks.acc_stride : nullptr;
       if (col_max)
         for (index_t j = 0; j < m; ++j) col_max[j] = 0;
-      double min_row_max = std::numeric_limits<double>::infinity();
+      std::int32_t min_row_max = std::numeric_limits<std::int32_t>::max();
       for (index_t i = blocks.first_row(b); i < blocks.first_row(b + 1); ++i) {
         const T* c = cost.row_ptr(i);
         K* k = kernel.row_ptr(i);
@@ -224,21 +203,20 @@ void build_kernel_pass(int threads, matrix_view<const T> cost, double reg, const
             col[j] += u0 * static_cast<double>(k[j]);
           }
         }
-        if (col_max) {
-          std::int64_t row_max = 0;
-          for (index_t j = 0; j < m; ++j) {
-            const double x = static_cast<double>(k[j]);
-            std::int64_t bits;
-            std::memcpy(&bits, &x, 8);
-            col_max[j] = col_max[j] > bits ? col_max[j] : bits;
-            row_max = row_max > bits ? row_max : bits;
+        if constexpr (std::is_same_v<K, float>) {
+          if (col_max) {
+            std::int32_t row_max = 0;
+            for (index_t j = 0; j < m; ++j) {
+              std::int32_t bits;
+              std::memcpy(&bits, k + j, 4);
+              col_max[j] = col_max[j] > bits ? col_max[j] : bits;
+              row_max = row_max > bits ? row_max : bits;
+            }
+            min_row_max = std::min(min_row_max, row_max);
           }
-          double row_max_value;
-          std::memcpy(&row_max_value, &row_max, 8);
-          min_row_max = std::min(min_row_max, row_max_value);
         }
       }
-      if (extent.block_min_row_max) extent.block_min_row_max[b] = min_row_max;
+      if (extent.block_min_row_max_bits) extent.block_min_row_max_bits[b] = min_row_max;
     }
     sinkhorn_team_barrier(nt);
     reduce_columns(blocks, acc, column_queue, column);
@@ -263,14 +241,12 @@ double exact_plan_pass(int threads, matrix_view<const T> cost, double reg, const
         const T* c = cost.row_ptr(i);
         T* p = plan.row_ptr(i);
         const double u_i = u[i];
-        double s = 0;
         for (index_t j = 0; j < m; ++j) {
           const T value = static_cast<T>(u_i * exp_vectorizable(static_cast<double>(c[j]) * scale) * v[j]);
           p[j] = value;
           col[j] += static_cast<double>(value);
-          s += static_cast<double>(value) * static_cast<double>(c[j]);
         }
-        row_cost[i] = s;
+        row_cost[i] = kernel_dot(p, c, m);  // a second pass over the row, in L1: 16 partial sums
       }
     }
     sinkhorn_team_barrier(nt);
