@@ -18,7 +18,7 @@ namespace detail {
 
 template <class T>
 void check_sinkhorn_problem(const char* function, vector_view<const T> a, vector_view<const T> b,
-                            matrix_view<const T> cost, matrix_view<T> plan) {
+                            matrix_view<const T> cost, matrix_view<T> plan, int threads = 1) {
   MOECOMP_EXPECTS(a.size() >= 1, function, ": a must have at least one entry, got size ", a.size());
   MOECOMP_EXPECTS(b.size() >= 1, function, ": b must have at least one entry, got size ", b.size());
   MOECOMP_EXPECTS(cost.rows() == a.size() && cost.cols() == b.size(), function, ": cost must be ",
@@ -31,7 +31,7 @@ void check_sinkhorn_problem(const char* function, vector_view<const T> a, vector
   const double sum_a = check_histogram<T>(function, "a", a.size(), [&](index_t i) { return a(i); });
   const double sum_b = check_histogram<T>(function, "b", b.size(), [&](index_t i) { return b(i); });
   check_equal_mass<T>(function, sum_a, sum_b);
-  check_finite_cost(function, "cost", cost);
+  check_finite_cost(function, "cost", cost, threads);
 }
 
 template <class T>
@@ -52,7 +52,7 @@ sinkhorn_result sinkhorn_host(const host_context& ctx, const sinkhorn_params& pa
                               vector_view<T>* f, vector_view<T>* g) {
   check_sinkhorn_element_type<T>();
   check_sinkhorn_params("sinkhorn", params);
-  check_sinkhorn_problem("sinkhorn", a, b, cost, plan);
+  check_sinkhorn_problem("sinkhorn", a, b, cost, plan, ctx.threads());
   if (f != nullptr) {
     MOECOMP_EXPECTS(f->size() == a.size(), "sinkhorn: f must have size ", a.size(), " (size of a), got ", f->size());
     MOECOMP_EXPECTS(g->size() == b.size(), "sinkhorn: g must have size ", b.size(), " (size of b), got ", g->size());
