@@ -9,7 +9,8 @@ Workloads (the bars of the optimal-transport issue):
   * fixed-support barycenter of 4 histograms on 1000 points of a line and of 8 histograms on 3000 points,
     reg 1e-2 (ot.bregman.barycenter; target: moecomp >= 1.5x faster).
 moecomp's time is the "seconds" of its --json (the algorithm only, no file I/O); POT is timed in-process. Best
-of --repeat runs each. Every row prints the max relative difference of the outputs (max |x - x_pot| / max x_pot).
+of --repeat rounds, each round timing POT and then moecomp (so both see the same machine load). Every row
+prints the max relative difference of the outputs (max |x - x_pot| / max x_pot).
 
     /usr/bin/python3 bench/peers/sinkhorn_vs_pot.py --moecomp build/default/examples/cli/moecomp
 """
@@ -29,22 +30,21 @@ import ot
 warnings.simplefilter("ignore")
 
 
-def best_of(f, repeat):
-    best, result = float("inf"), None
+def paired_best(peer, tool, args, out, repeat):
+    """Best of `repeat` rounds, each timing the peer (in-process) and then the tool (its --json "seconds").
+
+    Alternating the two inside every round, rather than timing one then the other, exposes both to the same
+    load: on a shared machine the speed drifts over seconds, and a ratio of bests taken minutes apart
+    measures that drift as much as the code."""
+    best_peer, best_tool, peer_result, js = float("inf"), float("inf"), None, None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
-
-
-def run_tool(tool, args, out, repeat):
-    best = float("inf")
-    for _ in range(repeat):
+        peer_result = peer()
+        best_peer = min(best_peer, time.perf_counter() - t0)
         res = subprocess.run([tool, *args, "-o", out, "--json"], check=True, capture_output=True, text=True).stdout
         js = json.loads(res)
-        best = min(best, js["seconds"])
-    return best, np.load(out), js
+        best_tool = min(best_tool, js["seconds"])
+    return best_peer, peer_result, best_tool, np.load(out), js
 
 
 def main():
@@ -75,16 +75,15 @@ def main():
             rel = float(np.abs(got - want).max() / np.abs(want).max())
             print(f"{label:58s} {t_ours:10.4f} {t_pot:8.4f} {t_pot / t_ours:6.2f} {rel:12.2e}  {notes}")
 
-        t_pot, (P, log) = best_of(lambda: ot.sinkhorn(a, b, M, 1e-2, stopThr=1e-9, log=True), args.repeat)
-        t_ours, Q, js = run_tool(args.moecomp, ["sinkhorn", *paths, "--reg", "1e-2", "--tol", "1e-9", *threads], out,
-                                 args.repeat)
+        t_pot, (P, log), t_ours, Q, js = paired_best(
+            lambda: ot.sinkhorn(a, b, M, 1e-2, stopThr=1e-9, log=True), args.moecomp,
+            ["sinkhorn", *paths, "--reg", "1e-2", "--tol", "1e-9", *threads], out, args.repeat)
         row("sinkhorn plain n=m=2000 reg 1e-2 tol 1e-9", t_ours, t_pot, Q, P,
             f"iterations {js['iterations']} (POT niter {log['niter']}), {js['status']}")
 
-        t_pot, (P, log) = best_of(lambda: ot.sinkhorn(a, b, M, 1e-3, method="sinkhorn_log", log=True),
-                                  max(1, args.repeat // 5))
-        t_ours, Q, js = run_tool(args.moecomp, ["sinkhorn", *paths, "--reg", "1e-3", "--method", "log", *threads], out,
-                                 max(1, args.repeat // 5))
+        t_pot, (P, log), t_ours, Q, js = paired_best(
+            lambda: ot.sinkhorn(a, b, M, 1e-3, method="sinkhorn_log", log=True), args.moecomp,
+            ["sinkhorn", *paths, "--reg", "1e-3", "--method", "log", *threads], out, max(1, args.repeat // 5))
         row("sinkhorn log n=m=2000 reg 1e-3 (1000 iterations)", t_ours, t_pot, Q, P,
             f"iterations {js['iterations']} (POT niter {log['niter']}), {js['status']}, finite {np.isfinite(Q).all()}")
 
@@ -97,9 +96,9 @@ def main():
             Mb /= Mb.max()
             np.save(paths[0], A)
             np.save(paths[2], Mb)
-            t_pot, (bar, log) = best_of(lambda: ot.bregman.barycenter(A, Mb, 1e-2, log=True), repeat)
-            t_ours, got, js = run_tool(args.moecomp,
-                                       ["barycenter-fixed", paths[0], paths[2], "--reg", "1e-2", *threads], out, repeat)
+            t_pot, (bar, log), t_ours, got, js = paired_best(
+                lambda: ot.bregman.barycenter(A, Mb, 1e-2, log=True), args.moecomp,
+                ["barycenter-fixed", paths[0], paths[2], "--reg", "1e-2", *threads], out, repeat)
             row(f"barycenter fixed n={nb} k={k} reg 1e-2", t_ours, t_pot, got, bar,
                 f"iterations {js['iterations']} (POT niter {log['niter']})")
 
