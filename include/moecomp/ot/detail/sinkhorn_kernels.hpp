@@ -35,6 +35,24 @@ inline double sum16(const double* p) {
   return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
 }
 
+/// s + x_j y_j for j = begin, ..., m - 1 in order: a dot product's terms after its 16-lane part.
+template <class X, class Y>
+inline double dot_tail(const X* x, const Y* y, index_t begin, index_t m, double s) {
+  for (index_t j = begin; j < m; ++j) s += static_cast<double>(x[j]) * static_cast<double>(y[j]);
+  return s;
+}
+
+/// col_j += u0 x0_j, then col_j += u1 x1_j, for j in [begin, m).
+template <class T>
+inline void axpy2_columns(double* col, double u0, const T* x0, double u1, const T* x1, index_t begin, index_t m) {
+  for (index_t j = begin; j < m; ++j) {
+    double c = col[j];
+    c += u0 * static_cast<double>(x0[j]);
+    c += u1 * static_cast<double>(x1[j]);
+    col[j] = c;
+  }
+}
+
 #if defined(MOECOMP_SINKHORN_VECTOR)
 
 #if defined(__AVX512F__)
@@ -87,12 +105,8 @@ inline void kernel_dot2(const T* x0, const T* x1, const double* y, index_t m, do
       p[k] += load_widened(x0 + j + k * kernel_lanes) * yk;
       q[k] += load_widened(x1 + j + k * kernel_lanes) * yk;
     }
-  s0 = sum_partials(p);
-  s1 = sum_partials(q);
-  for (; j < m; ++j) {
-    s0 += static_cast<double>(x0[j]) * y[j];
-    s1 += static_cast<double>(x1[j]) * y[j];
-  }
+  s0 = dot_tail(x0, y, j, m, sum_partials(p));
+  s1 = dot_tail(x1, y, j, m, sum_partials(q));
 }
 
 template <class X, class Y>
@@ -103,9 +117,7 @@ inline double kernel_dot(const X* x, const Y* y, index_t m) {
   for (; j + 16 <= m; j += 16)
     for (int k = 0; k < kernel_vectors; ++k)
       p[k] += load_widened(x + j + k * kernel_lanes) * load_widened(y + j + k * kernel_lanes);
-  double s = sum_partials(p);
-  for (; j < m; ++j) s += static_cast<double>(x[j]) * static_cast<double>(y[j]);
-  return s;
+  return dot_tail(x, y, j, m, sum_partials(p));
 }
 
 template <class T>
@@ -120,12 +132,7 @@ inline void kernel_axpy2(double* col, double u0, const T* x0, double u1, const T
     store(col + j, c0);
     store(col + j + kernel_lanes, c1);
   }
-  for (; j < m; ++j) {
-    double c = col[j];
-    c += u0 * static_cast<double>(x0[j]);
-    c += u1 * static_cast<double>(x1[j]);
-    col[j] = c;
-  }
+  axpy2_columns(col, u0, x0, u1, x1, j, m);
 }
 
 /// kernel_axpy2(col, u0, x0, u1, x1) and kernel_dot2(z0, z1, y) in one loop: the rows z (read from memory)
@@ -148,36 +155,12 @@ inline void kernel_axpy2_dot2(double* col, double u0, const T* x0, double u1, co
       c += u1 * load_widened(x1 + at);
       store(col + at, c);
     }
-  s0 = sum_partials(p);
-  s1 = sum_partials(q);
-  for (; j < m; ++j) {
-    s0 += static_cast<double>(z0[j]) * y[j];
-    s1 += static_cast<double>(z1[j]) * y[j];
-    double c = col[j];
-    c += u0 * static_cast<double>(x0[j]);
-    c += u1 * static_cast<double>(x1[j]);
-    col[j] = c;
-  }
+  s0 = dot_tail(z0, y, j, m, sum_partials(p));
+  s1 = dot_tail(z1, y, j, m, sum_partials(q));
+  axpy2_columns(col, u0, x0, u1, x1, j, m);
 }
 
 #else  // scalar loops with the same partial sums
-
-template <class T>
-inline void kernel_dot2(const T* x0, const T* x1, const double* y, index_t m, double& s0, double& s1) {
-  double p[16] = {}, q[16] = {};
-  index_t j = 0;
-  for (; j + 16 <= m; j += 16)
-    for (int l = 0; l < 16; ++l) {
-      p[l] += static_cast<double>(x0[j + l]) * y[j + l];
-      q[l] += static_cast<double>(x1[j + l]) * y[j + l];
-    }
-  s0 = sum16(p);
-  s1 = sum16(q);
-  for (; j < m; ++j) {
-    s0 += static_cast<double>(x0[j]) * y[j];
-    s1 += static_cast<double>(x1[j]) * y[j];
-  }
-}
 
 template <class X, class Y>
 inline double kernel_dot(const X* x, const Y* y, index_t m) {
@@ -185,19 +168,18 @@ inline double kernel_dot(const X* x, const Y* y, index_t m) {
   index_t j = 0;
   for (; j + 16 <= m; j += 16)
     for (int l = 0; l < 16; ++l) p[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
-  double s = sum16(p);
-  for (; j < m; ++j) s += static_cast<double>(x[j]) * static_cast<double>(y[j]);
-  return s;
+  return dot_tail(x, y, j, m, sum16(p));
+}
+
+template <class T>
+inline void kernel_dot2(const T* x0, const T* x1, const double* y, index_t m, double& s0, double& s1) {
+  s0 = kernel_dot(x0, y, m);
+  s1 = kernel_dot(x1, y, m);
 }
 
 template <class T>
 inline void kernel_axpy2(double* col, double u0, const T* x0, double u1, const T* x1, index_t m) {
-  for (index_t j = 0; j < m; ++j) {
-    double c = col[j];
-    c += u0 * static_cast<double>(x0[j]);
-    c += u1 * static_cast<double>(x1[j]);
-    col[j] = c;
-  }
+  axpy2_columns(col, u0, x0, u1, x1, 0, m);
 }
 
 template <class T>
