@@ -10,10 +10,12 @@
 // SLP vectoriser makes a mix of 256-bit, 128-bit and scalar code that runs at half the speed. The 16 partial
 // sums are the same at every vector width (lane l of vector q is partial sum q * width + l), so the result
 // does not depend on the width; the scalar loops, used by other compilers and for MOECOMP_SINKHORN_SCALAR,
-// compute the same partial sums. (Whether a * b + c is fused into one rounding is the compiler's choice, as
-// for all of moecomp: bit-identity holds for one build, at any thread count.)
+// compute the same partial sums. Every multiply-add is written as multiply_add (fused exactly when the
+// target has a fast FMA), not left to the compiler's contraction, which may differ between two inlined
+// copies of a loop: so the vector and the scalar loops agree bit for bit on one target (tested).
 #include <moecomp/core/views.hpp>
 
+#include <cmath>
 #include <cstring>
 
 #if defined(__AVX__) && !defined(MOECOMP_SINKHORN_SCALAR) && (defined(__GNUC__) || defined(__clang__))
@@ -35,10 +37,21 @@ inline double sum16(const double* p) {
   return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
 }
 
+/// a * b + c, fused into one rounding exactly when the target has a fast fused multiply-add. Written out
+/// rather than left to the compiler: whether it contracts a * b + c is its choice per inlined copy, so two
+/// loops computing the same sums could otherwise differ in the last bit.
+inline double multiply_add(double a, double b, double c) noexcept {
+#if defined(FP_FAST_FMA) || defined(__FP_FAST_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 /// s + x_j y_j for j = begin, ..., m - 1 in order: a dot product's terms after its 16-lane part.
 template <class X, class Y>
 inline double dot_tail(const X* x, const Y* y, index_t begin, index_t m, double s) {
-  for (index_t j = begin; j < m; ++j) s += static_cast<double>(x[j]) * static_cast<double>(y[j]);
+  for (index_t j = begin; j < m; ++j) s = multiply_add(static_cast<double>(x[j]), static_cast<double>(y[j]), s);
   return s;
 }
 
@@ -46,10 +59,7 @@ inline double dot_tail(const X* x, const Y* y, index_t begin, index_t m, double 
 template <class T>
 inline void axpy2_columns(double* col, double u0, const T* x0, double u1, const T* x1, index_t begin, index_t m) {
   for (index_t j = begin; j < m; ++j) {
-    double c = col[j];
-    c += u0 * static_cast<double>(x0[j]);
-    c += u1 * static_cast<double>(x1[j]);
-    col[j] = c;
+    col[j] = multiply_add(u1, static_cast<double>(x1[j]), multiply_add(u0, static_cast<double>(x0[j]), col[j]));
   }
 }
 
@@ -87,6 +97,27 @@ inline kernel_double_vector load_widened(const float* p) noexcept {
 
 inline void store(double* p, kernel_double_vector x) noexcept { std::memcpy(p, &x, sizeof x); }
 
+/// a * b + c lane by lane, fused exactly when the scalar multiply_add is.
+inline kernel_double_vector multiply_add(kernel_double_vector a, kernel_double_vector b,
+                                         kernel_double_vector c) noexcept {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_pd(a, b, c);
+#elif defined(__FMA__)
+  return _mm256_fmadd_pd(a, b, c);
+#elif defined(FP_FAST_FMA) || defined(__FP_FAST_FMA)
+  for (int l = 0; l < kernel_lanes; ++l) c[l] = std::fma(a[l], b[l], c[l]);
+  return c;
+#else
+  return a * b + c;
+#endif
+}
+
+inline kernel_double_vector broadcast(double x) noexcept {
+  kernel_double_vector v;
+  for (int l = 0; l < kernel_lanes; ++l) v[l] = x;
+  return v;
+}
+
 /// The 16 partial sums held in kernel_vectors vectors, added in sum16's order.
 inline double sum_partials(const kernel_double_vector* partial) noexcept {
   double p[16];
@@ -102,8 +133,8 @@ inline void kernel_dot2(const T* x0, const T* x1, const double* y, index_t m, do
   for (; j + 16 <= m; j += 16)
     for (int k = 0; k < kernel_vectors; ++k) {
       const kernel_double_vector yk = load_widened(y + j + k * kernel_lanes);
-      p[k] += load_widened(x0 + j + k * kernel_lanes) * yk;
-      q[k] += load_widened(x1 + j + k * kernel_lanes) * yk;
+      p[k] = multiply_add(load_widened(x0 + j + k * kernel_lanes), yk, p[k]);
+      q[k] = multiply_add(load_widened(x1 + j + k * kernel_lanes), yk, q[k]);
     }
   s0 = dot_tail(x0, y, j, m, sum_partials(p));
   s1 = dot_tail(x1, y, j, m, sum_partials(q));
@@ -116,19 +147,20 @@ inline double kernel_dot(const X* x, const Y* y, index_t m) {
   index_t j = 0;
   for (; j + 16 <= m; j += 16)
     for (int k = 0; k < kernel_vectors; ++k)
-      p[k] += load_widened(x + j + k * kernel_lanes) * load_widened(y + j + k * kernel_lanes);
+      p[k] = multiply_add(load_widened(x + j + k * kernel_lanes), load_widened(y + j + k * kernel_lanes), p[k]);
   return dot_tail(x, y, j, m, sum_partials(p));
 }
 
 template <class T>
 inline void kernel_axpy2(double* col, double u0, const T* x0, double u1, const T* x1, index_t m) {
+  const kernel_double_vector u0v = broadcast(u0), u1v = broadcast(u1);
   index_t j = 0;
   for (; j + 2 * kernel_lanes <= m; j += 2 * kernel_lanes) {
     kernel_double_vector c0 = load_widened(col + j), c1 = load_widened(col + j + kernel_lanes);
-    c0 += u0 * load_widened(x0 + j);
-    c1 += u0 * load_widened(x0 + j + kernel_lanes);
-    c0 += u1 * load_widened(x1 + j);
-    c1 += u1 * load_widened(x1 + j + kernel_lanes);
+    c0 = multiply_add(u0v, load_widened(x0 + j), c0);
+    c1 = multiply_add(u0v, load_widened(x0 + j + kernel_lanes), c1);
+    c0 = multiply_add(u1v, load_widened(x1 + j), c0);
+    c1 = multiply_add(u1v, load_widened(x1 + j + kernel_lanes), c1);
     store(col + j, c0);
     store(col + j + kernel_lanes, c1);
   }
@@ -141,6 +173,7 @@ inline void kernel_axpy2(double* col, double u0, const T* x0, double u1, const T
 template <class T>
 inline void kernel_axpy2_dot2(double* col, double u0, const T* x0, double u1, const T* x1, const T* z0, const T* z1,
                               const double* y, index_t m, double& s0, double& s1) {
+  const kernel_double_vector u0v = broadcast(u0), u1v = broadcast(u1);
   kernel_double_vector p[kernel_vectors], q[kernel_vectors];
   for (int k = 0; k < kernel_vectors; ++k) p[k] = q[k] = kernel_double_vector{};
   index_t j = 0;
@@ -148,11 +181,11 @@ inline void kernel_axpy2_dot2(double* col, double u0, const T* x0, double u1, co
     for (int k = 0; k < kernel_vectors; ++k) {
       const index_t at = j + k * kernel_lanes;
       const kernel_double_vector yk = load_widened(y + at);
-      p[k] += load_widened(z0 + at) * yk;
-      q[k] += load_widened(z1 + at) * yk;
+      p[k] = multiply_add(load_widened(z0 + at), yk, p[k]);
+      q[k] = multiply_add(load_widened(z1 + at), yk, q[k]);
       kernel_double_vector c = load_widened(col + at);
-      c += u0 * load_widened(x0 + at);
-      c += u1 * load_widened(x1 + at);
+      c = multiply_add(u0v, load_widened(x0 + at), c);
+      c = multiply_add(u1v, load_widened(x1 + at), c);
       store(col + at, c);
     }
   s0 = dot_tail(z0, y, j, m, sum_partials(p));
@@ -167,7 +200,7 @@ inline double kernel_dot(const X* x, const Y* y, index_t m) {
   double p[16] = {};
   index_t j = 0;
   for (; j + 16 <= m; j += 16)
-    for (int l = 0; l < 16; ++l) p[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
+    for (int l = 0; l < 16; ++l) p[l] = multiply_add(static_cast<double>(x[j + l]), static_cast<double>(y[j + l]), p[l]);
   return dot_tail(x, y, j, m, sum16(p));
 }
 
@@ -193,7 +226,7 @@ inline void kernel_axpy2_dot2(double* col, double u0, const T* x0, double u1, co
 
 template <class T>
 inline void kernel_axpy(double* col, double u0, const T* x0, index_t m) {
-  for (index_t j = 0; j < m; ++j) col[j] += u0 * static_cast<double>(x0[j]);
+  for (index_t j = 0; j < m; ++j) col[j] = multiply_add(u0, static_cast<double>(x0[j]), col[j]);
 }
 
 }  // namespace detail
