@@ -124,6 +124,22 @@ struct scaling_outcome {
   bool numerical_error = false;
 };
 
+/// A non-finite u at iteration end: back to the previous iterate (kept in u_prev / v_prev), flagged.
+inline void roll_back_iterate(sinkhorn_workspace& ws, index_t n, index_t m, scaling_outcome& out) {
+  std::copy(ws.u_prev, ws.u_prev + n, ws.u);
+  std::copy(ws.v_prev, ws.v_prev + m, ws.v);
+  out.numerical_error = true;
+}
+
+/// POT's stopping test at iteration `it` (every check period: the error from `terms`); true when converged.
+inline bool check_converged(const sinkhorn_params& p, index_t it, const double* terms, index_t m,
+                            scaling_outcome& out) {
+  if (it % resolved_check_every(p) != 0) return false;
+  out.error = std::sqrt(sum_in_order(terms, m));
+  out.converged = out.error < p.tolerance;
+  return out.converged;
+}
+
 /// POT sinkhorn_knopp's loop from iteration `first` on kernel K (T or float), with v_next = b / K^T u
 /// already computed. On return ws.u / ws.v are the scalings of the plan to report.
 template <class K>
@@ -151,18 +167,10 @@ scaling_outcome plain_loop(int threads, const sinkhorn_params& p, matrix_view<co
       vn[j] = scaling_from(b[j], ktu);
     });
     if (!all_finite(ws.u, n)) {
-      std::copy(ws.u_prev, ws.u_prev + n, ws.u);
-      std::copy(ws.v_prev, ws.v_prev + m, ws.v);
-      out.numerical_error = true;
+      roll_back_iterate(ws, n, m, out);
       return out;
     }
-    if (it % resolved_check_every(p) == 0) {
-      out.error = std::sqrt(sum_in_order(terms, m));
-      if (out.error < p.tolerance) {
-        out.converged = true;
-        return out;
-      }
-    }
+    if (check_converged(p, it, terms, m, out)) return out;
   }
   return out;
 }
@@ -274,10 +282,8 @@ scaling_outcome stabilized_iterations(int threads, double reg, index_t max_itera
       });
     }
     if (!all_finite(ws.u, n)) {
-      std::copy(ws.u_prev, ws.u_prev + n, ws.u);
-      std::copy(ws.v_prev, ws.v_prev + m, ws.v);
+      roll_back_iterate(ws, n, m, out);
       if (absorbed_before) report_kernel_as_plan();
-      out.numerical_error = true;
       return out;
     }
     if (max_abs(ws.u, n) > tau || max_abs(ws.v, m) > tau) {
@@ -372,18 +378,10 @@ scaling_outcome log_iterations(int threads, const sinkhorn_params& p, matrix_vie
       }
     }
     if (!all_finite_on_support(ws.u, ws.a, n)) {
-      std::copy(ws.u_prev, ws.u_prev + n, ws.u);
-      std::copy(ws.v_prev, ws.v_prev + m, ws.v);
-      out.numerical_error = true;
+      roll_back_iterate(ws, n, m, out);
       return out;
     }
-    if (it % resolved_check_every(p) == 0) {
-      out.error = std::sqrt(sum_in_order(terms, m));
-      if (out.error < p.tolerance) {
-        out.converged = true;
-        return out;
-      }
-    }
+    if (check_converged(p, it, terms, m, out)) return out;
   }
   return out;
 }
