@@ -78,7 +78,7 @@ void cost_gemm_only(benchmark::State& state) {
   host_matrix<double> cost(n, n);
   for (auto _ : state) {
     for (index_t j = 0; j < k; ++j)
-      ot::detail::free_support_cross_product<double>(-1.0, x.view().row_ptr(j * n), d, x.data(), d, n, n, d, cost.data(), n);
+      moecomp::detail::gemm_abt<double>(-1.0, x.view().row_ptr(j * n), d, x.data(), d, n, n, d, cost.data(), n);
     benchmark::DoNotOptimize(cost.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * k * n * n * d * state.iterations() * 1e-9, benchmark::Counter::kIsRate);

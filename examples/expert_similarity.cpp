@@ -7,7 +7,7 @@
 //   expert_similarity [--seed S]        exit 0 when every expert's nearest neighbour is in its own family
 #include <moecomp/moecomp.hpp>
 
-#include <Eigen/Core>
+#include <moecomp/interop/eigen.hpp>  // Eigen itself, through moecomp (docs/building.md, "Warnings")
 
 #include <cmath>
 #include <cstdio>

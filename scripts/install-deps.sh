@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   cmake ninja-build g++ git                    # build
+  clang libomp-dev                             # the Clang builds of CI's portability check
   libeigen3-dev                                # the one dependency of the library itself
   doctest-dev libbenchmark-dev                 # tests, benchmarks
   xtensor-dev libdlpack-dev nlohmann-json3-dev # optional adaptors, exercised by the tests
@@ -20,8 +21,20 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 echo "install-deps: installing ${missing[*]}"
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: error: this script installs Debian packages and this machine has no apt-get;" \
+       "install the equivalents of: ${missing[*]}" >&2
+  exit 1
+fi
 sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "install-deps: error: installing packages needs root and there is no sudo; as root run:" \
+         "apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo="sudo"
+fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

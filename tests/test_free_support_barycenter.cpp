@@ -129,9 +129,8 @@ void check_permutations_optimal(const host_matrix<T>& measures, index_t k, const
     // has the same total as the returned permutation, to the last bit (the optimum is unique here).
     host_matrix<T> cross(n, n);
     for (index_t row0 = 0; row0 < n; row0 += ot::detail::free_support_cost_rows)
-      ot::detail::free_support_cross_product<T>(T(-1), &measures(j * n + row0, 0), d, out.barycenter.data(), d,
-                                                std::min(ot::detail::free_support_cost_rows, n - row0), n, d,
-                                                &cross(row0, 0), n);
+      moecomp::detail::gemm_abt<T>(T(-1), &measures(j * n + row0, 0), d, out.barycenter.data(), d,
+                                   std::min(ot::detail::free_support_cost_rows, n - row0), n, d, &cross(row0, 0), n);
     const auto exact = ot::linear_assignment(host_context(1), ot::linear_assignment_params{}, cross.const_view(),
                                              p.view(), u.view(), v.view());
     double ours_cross = 0.0;

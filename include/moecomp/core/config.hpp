@@ -33,3 +33,19 @@
 #define MOECOMP_LIKELY(x) (x)
 #define MOECOMP_UNLIKELY(x) (x)
 #endif
+
+// GCC before 13 warns, falsely, that the placeholder operand of its own AVX-512 intrinsics
+// (`_mm512_undefined_*`) "may be used uninitialized" (GCC bug 105593) wherever those intrinsics are inlined,
+// which Eigen's AVX-512 packet math does in every GEMM: at -march=x86-64-v4 with -Werror no build survives.
+// GCC weighs the pragma state at every location of an inlining chain, so silencing the two warnings around
+// moecomp's include of Eigen (core/detail/eigen.hpp) silences them for all code inlined from Eigen,
+// whichever function it lands in. Nothing else is silenced, and no other compiler or target is touched.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13 && defined(__AVX512F__)
+#define MOECOMP_GCC12_AVX512_WARNINGS_OFF                                 \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define MOECOMP_GCC12_AVX512_WARNINGS_ON _Pragma("GCC diagnostic pop")
+#else
+#define MOECOMP_GCC12_AVX512_WARNINGS_OFF
+#define MOECOMP_GCC12_AVX512_WARNINGS_ON
+#endif

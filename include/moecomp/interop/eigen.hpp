@@ -17,7 +17,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/interop/detail/strided_view.hpp>
 
-#include <Eigen/Core>
+#include <moecomp/core/detail/eigen.hpp>
 
 #include <type_traits>
 

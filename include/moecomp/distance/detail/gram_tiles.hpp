@@ -2,22 +2,11 @@
 // The GEMM engine behind the pairwise distances: the Gram matrix A B^T computed tile by tile, each tile
 // handed to an epilogue while it is hot in cache. For A against itself only the upper-triangular tiles
 // are computed (half the flops). Tiles run in parallel with OpenMP when it is enabled; each tile's GEMM is
-// a single-threaded kernel, so the result does not depend on the thread count.
-//
-// The tile kernel is Eigen's GEMM, or, when the including code defines MOECOMP_USE_CBLAS and links a CBLAS,
-// cblas_sgemm / cblas_dgemm, called concurrently from the parallel tiles. That BLAS must be thread-safe and
-// run single-threaded inside an OpenMP parallel region, as OpenBLAS's OpenMP build does (Debian's serial
-// OpenBLAS is not thread-safe). moecomp never defines the macro for its consumers.
+// a single-threaded kernel (core/detail/gemm.hpp: Eigen's, or a CBLAS under MOECOMP_USE_CBLAS), so the
+// result does not depend on the thread count.
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/detail/gemm.hpp>
 #include <moecomp/core/views.hpp>
-
-#include <Eigen/Core>
-
-#if defined(MOECOMP_USE_CBLAS)
-#include <cblas.h>
-
-#include <limits>
-#endif
 
 #include <algorithm>
 #include <type_traits>
@@ -27,41 +16,9 @@ MOECOMP_NAMESPACE_BEGIN
 namespace distance {
 namespace detail {
 
-template <class T>
-using row_major_map = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
-                                 Eigen::OuterStride<>>;
-template <class T>
-using row_major_tile = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-
 /// Tile edge: large enough for Eigen's kernel to run near its peak, small enough that the diagonal tiles'
 /// wasted half stays a few percent for n in the thousands.
 inline constexpr index_t gram_tile_size = 256;
-
-/// g (r x c, contiguous) = A_block B_block^T, with A_block r x d and B_block c x d (row strides lda, ldb).
-template <class T>
-void gram_tile(const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* g) {
-  if (d == 0) {
-    row_major_tile<T>(g, r, c).setZero();
-    return;
-  }
-#if defined(MOECOMP_USE_CBLAS)
-  constexpr index_t int_max = std::numeric_limits<int>::max();
-  if (d <= int_max && lda <= int_max && ldb <= int_max) {
-    const auto ri = static_cast<int>(r), ci = static_cast<int>(c), di = static_cast<int>(d);
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, ci, di, 1.0f, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), 0.0f, g, ci);
-    } else {
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, ci, di, 1.0, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), 0.0, g, ci);
-    }
-    return;
-  }
-#endif
-  row_major_map<T> a_block(a, r, d, Eigen::OuterStride<>(lda));
-  row_major_map<T> b_block(b, c, d, Eigen::OuterStride<>(ldb));
-  row_major_tile<T>(g, r, c).noalias() = a_block * b_block.transpose();
-}
 
 /// Calls epilogue(row0, col0, tile) for every tile of G = A B^T, where `tile` is a contiguous
 /// matrix_view<const T> of G(row0 : row0 + r, col0 : col0 + c). With `upper_only` (A and B the same
@@ -82,7 +39,8 @@ void for_each_gram_tile(const host_context& ctx, matrix_view<const T> a, matrix_
   auto run_range = [&](T* scratch, std::ptrdiff_t k) {
     const index_t row0 = work[static_cast<std::size_t>(k)].first, col0 = work[static_cast<std::size_t>(k)].second;
     const index_t r = std::min(tile, n - row0), c = std::min(tile, m - col0);
-    gram_tile(a.row_ptr(row0), a.row_stride(), b.row_ptr(col0), b.row_stride(), r, c, d, scratch);
+    moecomp::detail::gemm_abt(T(1), a.row_ptr(row0), a.row_stride(), b.row_ptr(col0), b.row_stride(), r, c, d,
+                              scratch, c);
     epilogue(row0, col0, matrix_view<const T>(scratch, r, c, c));
   };
 

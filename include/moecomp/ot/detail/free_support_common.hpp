@@ -4,11 +4,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 
-#include <Eigen/Core>
-
-#if defined(MOECOMP_USE_CBLAS)
-#include <cblas.h>
-#endif
+#include <moecomp/core/detail/gemm.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -27,39 +23,6 @@ using moecomp::detail::shape_string;
 /// Rows of the cost built by one GEMM call. The row tiling is fixed (it does not depend on the thread
 /// count), so every cost entry is computed the same way whichever thread computes it.
 inline constexpr index_t free_support_cost_rows = 256;
-
-/// out (r x c, row stride ldo) = alpha * A B^T with A r x d (row stride lda), B c x d (row stride ldb).
-/// cblas_?gemm under MOECOMP_USE_CBLAS (single-threaded when called inside an OpenMP region, as the
-/// OpenMP build of OpenBLAS is), Eigen's GEMM otherwise. The scalar folds into the GEMM: no extra pass.
-template <class T>
-void free_support_cross_product(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c,
-                          index_t d, T* out, index_t ldo) {
-  using map_out = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
-  using map_in =
-      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
-  if (r == 0 || c == 0) return;
-  if (d == 0) {
-    map_out(out, r, c, Eigen::OuterStride<>(ldo)).setZero();
-    return;
-  }
-#if defined(MOECOMP_USE_CBLAS)
-  constexpr index_t int_max = std::numeric_limits<int>::max();
-  if (r <= int_max && c <= int_max && d <= int_max && lda <= int_max && ldb <= int_max && ldo <= int_max) {
-    const auto ri = static_cast<int>(r), ci = static_cast<int>(c), di = static_cast<int>(d);
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, ci, di, alpha, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), 0.0f, out, static_cast<int>(ldo));
-    } else {
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, ci, di, alpha, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), 0.0, out, static_cast<int>(ldo));
-    }
-    return;
-  }
-#endif
-  map_in a_block(a, r, d, Eigen::OuterStride<>(lda));
-  map_in b_block(b, c, d, Eigen::OuterStride<>(ldb));
-  map_out(out, r, c, Eigen::OuterStride<>(ldo)).noalias() = (alpha * a_block) * b_block.transpose();
-}
 
 /// Index of the first non-finite element of a matrix (row-major order), or -1.
 template <class T>

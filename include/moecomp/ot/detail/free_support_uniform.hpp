@@ -182,8 +182,8 @@ class uniform_barycenter_solver {
   void build_cost_rows(index_t j, index_t row0, const T* barycenter, T* cost) const {
     const index_t rows = std::min(free_support_cost_rows, n_ - row0);
     const matrix_view<const T> x = cloud(j);
-    free_support_cross_product<T>(T(-1), x.row_ptr(row0), x.row_stride(), barycenter, d_, rows, n_, d_,
-                            cost + row0 * n_, n_);
+    moecomp::detail::gemm_abt<T>(T(-1), x.row_ptr(row0), x.row_stride(), barycenter, d_, rows, n_, d_,
+                                 cost + row0 * n_, n_);
   }
 
   bool solve(const host_context& ctx, index_t j, const T* cost, bool warm_start) {

@@ -128,7 +128,7 @@ class weighted_barycenter_solver {
     bool finite = true;
     for (index_t row0 = 0; row0 < m_; row0 += free_support_cost_rows) {
       const index_t rows = std::min(free_support_cost_rows, m_ - row0);
-      free_support_cross_product<T>(T(1), x + row0 * d_, d_, y.data(), y.row_stride(), rows, n, d_, gram, n);
+      moecomp::detail::gemm_abt<T>(T(1), x + row0 * d_, d_, y.data(), y.row_stride(), rows, n, d_, gram, n);
       for (index_t r = 0; r < rows; ++r) {
         const double x_norm = squared_norm(x + (row0 + r) * d_);
         double* out = cost + (row0 + r) * n;

@@ -1,0 +1,57 @@
+#pragma once
+// The one host GEMM of moecomp: out = alpha * A B^T over row-major blocks, the shape every GEMM-based
+// kernel here needs (Gram tiles, cross terms of squared Euclidean costs).
+//
+// The kernel is Eigen's GEMM, or, when the including code defines MOECOMP_USE_CBLAS and links a CBLAS,
+// cblas_sgemm / cblas_dgemm. moecomp calls it from its own OpenMP-parallel tiles, so that BLAS must be
+// thread-safe and run single-threaded inside a parallel region, as OpenBLAS's OpenMP build does (Debian's
+// serial OpenBLAS is not thread-safe). moecomp never defines the macro for its consumers.
+#include <moecomp/core/config.hpp>
+#include <moecomp/core/detail/eigen.hpp>
+#include <moecomp/core/views.hpp>
+
+#if defined(MOECOMP_USE_CBLAS)
+#include <cblas.h>
+#endif
+
+#include <limits>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace detail {
+
+/// out (r x c, row stride ldo) = alpha * A B^T, with A r x d (row stride lda) and B c x d (row stride ldb).
+/// The scalar folds into the GEMM (no extra pass; alpha = 1 is exact). d = 0 writes zeros.
+template <class T>
+void gemm_abt(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* out,
+              index_t ldo) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm_abt: T must be float or double");
+  using map_out = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+  using map_in =
+      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+  if (r == 0 || c == 0) return;
+  if (d == 0) {
+    map_out(out, r, c, Eigen::OuterStride<>(ldo)).setZero();
+    return;
+  }
+#if defined(MOECOMP_USE_CBLAS)
+  constexpr index_t int_max = std::numeric_limits<int>::max();
+  if (r <= int_max && c <= int_max && d <= int_max && lda <= int_max && ldb <= int_max && ldo <= int_max) {
+    const auto ri = static_cast<int>(r), ci = static_cast<int>(c), di = static_cast<int>(d);
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, ci, di, alpha, a, static_cast<int>(lda), b,
+                  static_cast<int>(ldb), 0.0f, out, static_cast<int>(ldo));
+    } else {
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, ci, di, alpha, a, static_cast<int>(lda), b,
+                  static_cast<int>(ldb), 0.0, out, static_cast<int>(ldo));
+    }
+    return;
+  }
+#endif
+  map_in a_block(a, r, d, Eigen::OuterStride<>(lda));
+  map_in b_block(b, c, d, Eigen::OuterStride<>(ldb));
+  map_out(out, r, c, Eigen::OuterStride<>(ldo)).noalias() = (alpha * a_block) * b_block.transpose();
+}
+
+}  // namespace detail
+MOECOMP_NAMESPACE_END
