@@ -64,6 +64,36 @@ moecomp_add_consumer_test(consumer_packaging_build cpu package NO_CUDA RUN moeco
                                        -DMOECOMP_BUILD_BENCHMARKS=OFF -DMOECOMP_ENABLE_CUDA=OFF
                                        -DMOECOMP_INSTALL_CMAKEDIR=share/moecomp)
 
+# Strict consumers: every public host algorithm, float and double, compiled with -Wall -Wextra -Wpedantic
+# -Werror at x86-64-v2, v3 and v4 (AVX-512), by GCC and by Clang, against the installed package; each runs
+# where this CPU has the level's features, and is compiled only (exit 77) elsewhere.
+find_program(MOECOMP_CLANGXX_PROGRAM NAMES clang++ clang++-14)
+mark_as_advanced(MOECOMP_CLANGXX_PROGRAM)
+if(MOECOMP_INSTALL)
+  set(_moecomp_strict_compilers "gcc|${CMAKE_CXX_COMPILER}")
+  if(MOECOMP_CLANGXX_PROGRAM)
+    list(APPEND _moecomp_strict_compilers "clang|${MOECOMP_CLANGXX_PROGRAM}")
+  else()
+    message(STATUS "moecomp: clang++ not found, the strict Clang consumers are not built")
+  endif()
+  foreach(compiler_entry IN LISTS _moecomp_strict_compilers)
+    string(REPLACE "|" ";" compiler_entry "${compiler_entry}")
+    list(GET compiler_entry 0 compiler_name)
+    list(GET compiler_entry 1 compiler_path)
+    foreach(level_entry IN ITEMS "v2|popcnt" "v3|avx2" "v4|avx512bw")
+      string(REPLACE "|" ";" level_entry "${level_entry}")
+      list(GET level_entry 0 level)
+      list(GET level_entry 1 feature)
+      set(name consumer_strict_${compiler_name}_${level})
+      moecomp_add_consumer_test(${name} strict install NO_CUDA RUN moecomp_consumer_strict
+                                ARGS "-DCMAKE_CXX_COMPILER=${compiler_path}"
+                                     "-DMOECOMP_STRICT_FLAGS=-Wall -Wextra -Wpedantic -Werror -march=x86-64-${level}"
+                                     "-DMOECOMP_STRICT_REQUIRED_CPU_FEATURE=${feature}")
+    endforeach()
+  endforeach()
+  unset(_moecomp_strict_compilers)
+endif()
+
 moecomp_add_consumer_test(consumer_subdirectory subdirectory subdirectory NO_CUDA RUN moecomp_consumer_subdirectory)
 moecomp_add_consumer_test(consumer_fetchcontent subdirectory subdirectory NO_CUDA RUN moecomp_consumer_subdirectory
                           ARGS -DMOECOMP_CONSUMER_USE_FETCHCONTENT=ON)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the whole tree (every public header on its own, the tests, the tool, the benches) for CPUs and
+# compilers other than the default build's: GCC and Clang, at x86-64-v2 (the portable baseline) and
+# x86-64-v4 (AVX-512), all at -Werror and with no native flag, whatever CPU this machine has. The tests of
+# the portable build run; those of an AVX-512 build run only where this CPU has AVX-512 (compiled only
+# elsewhere), with either compiler. CUDA is left to the default build. CI runs this after the README's test
+# command.
+#
+#   scripts/portability-builds.sh [JOB ...]     jobs: gcc-v2 gcc-v4 clang-v4 (default: all three)
+#
+# Each job builds into build/portability-<job>. MOECOMP_REQUIRE_PEERS is passed through to the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=("$@")
+[ ${#jobs[@]} -gt 0 ] || jobs=(gcc-v2 gcc-v4 clang-v4)
+
+cpu_has() { grep -qw "$1" /proc/cpuinfo 2>/dev/null; }
+
+run_job() {
+  local job=$1 compiler level run_tests
+  case "$job" in
+    gcc-v2) compiler=g++; level=x86-64-v2 ;;
+    gcc-v3) compiler=g++; level=x86-64-v3 ;;
+    gcc-v4) compiler=g++; level=x86-64-v4 ;;
+    clang-v2) compiler=clang++; level=x86-64-v2 ;;
+    clang-v3) compiler=clang++; level=x86-64-v3 ;;
+    clang-v4) compiler=clang++; level=x86-64-v4 ;;
+    *) echo "portability-builds: error: unknown job '$job' (expected gcc-v2, gcc-v3, gcc-v4, clang-v2," \
+            "clang-v3 or clang-v4)" >&2; return 2 ;;
+  esac
+  case "$level" in
+    x86-64-v2) run_tests=$(cpu_has sse4_2 && cpu_has popcnt && echo yes || echo no) ;;
+    x86-64-v3) run_tests=$(cpu_has avx2 && cpu_has fma && cpu_has bmi2 && echo yes || echo no) ;;
+    x86-64-v4) run_tests=$(cpu_has avx512f && cpu_has avx512bw && cpu_has avx512vl && cpu_has avx512dq &&
+                           echo yes || echo no) ;;
+  esac
+  if ! command -v "$compiler" >/dev/null 2>&1; then
+    echo "portability-builds: error: job $job needs $compiler; run ./scripts/install-deps.sh" >&2
+    return 1
+  fi
+  local dir="build/portability-$job" start
+  mkdir -p build
+  start=$(date +%s)
+  echo "portability-builds: $job: $compiler -march=$level -Werror into $dir"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$compiler" \
+    -DCMAKE_CXX_FLAGS="-march=$level" -DMOECOMP_NATIVE=OFF -DMOECOMP_WERROR=ON -DMOECOMP_ENABLE_CUDA=OFF \
+    > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  cmake --build "$dir"
+  if [ "$run_tests" = yes ]; then
+    # The packaging tests install and build consumers, which the default build's run covers already.
+    ctest --test-dir "$dir" -L cpu -LE package --output-on-failure -j 2 --no-tests=error
+  else
+    echo "portability-builds: $job: compiled only (this CPU lacks $level, so its tests cannot run here)"
+  fi
+  echo "portability-builds: $job: passed in $(( $(date +%s) - start )) s"
+}
+
+for job in "${jobs[@]}"; do
+  run_job "$job"
+done
