@@ -20,6 +20,7 @@
 #if defined(__unix__) || defined(__APPLE__)
 #include <csignal>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #define MOECOMP_TEST_POSIX 1
@@ -646,7 +647,93 @@ TEST_CASE("write_npy: atomic replacement") {
     CHECK(dir.entries() == std::vector<std::string>{"out.npy"});
   }
 
+  SUBCASE("a directory as the target is refused before anything is created, naming what it is") {
+    fs::create_directory(dir.path / "folder");
+    std::string message;
+    try {
+      io::write_npy(dir.file("folder"), moecomp::make_vector_view(first.data(), 3));
+    } catch (const moecomp::io_error& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(contains(message, "it is a directory, not a regular file"), message);
+    CHECK(dir.entries() == std::vector<std::string>{"folder"});
+  }
+
+  SUBCASE("staged files: nothing is in place before commit(), and an uncommitted one is removed") {
+    const std::string plan = dir.file("plan.npy"), duals = dir.file("duals.npy");
+    {
+      io::staged_file staged_plan = io::stage_npy(plan, moecomp::make_vector_view(first.data(), 3));
+      io::staged_file staged_duals = io::stage_npy(duals, moecomp::make_vector_view(second.data(), 2));
+      CHECK_FALSE(fs::exists(plan));
+      CHECK(dir.entries().size() == 2);  // the two temporaries
+      staged_plan.commit();
+      CHECK(staged_plan.committed());
+      CHECK(io::read_npy(plan).size() == 3);
+    }  // staged_duals destroyed uncommitted
+    CHECK_FALSE(fs::exists(duals));
+    CHECK(dir.entries() == std::vector<std::string>{"plan.npy"});
+  }
+
+  SUBCASE("temporaries are named <target>.moecomp-tmp-<16 hex digits> and reported to the hooks") {
+    struct seen_names {
+      std::vector<std::string> created, released;
+    } seen;
+    io::write_options options;
+    options.hooks.user = &seen;
+    options.hooks.creating = [](const char* path, void* user) {
+      static_cast<seen_names*>(user)->created.push_back(path);
+    };
+    options.hooks.released = [](const char* path, void* user) {
+      static_cast<seen_names*>(user)->released.push_back(path);
+    };
+    const std::string target = dir.file("out.npy");
+    io::write_npy(target, moecomp::make_vector_view(first.data(), 3), options);
+    REQUIRE(seen.created.size() == 1);
+    CHECK(seen.released == seen.created);
+    const std::string name = seen.created[0];
+    REQUIRE(name.size() == target.size() + std::string(io::temporary_file_marker).size() + 16);
+    CHECK(name.compare(0, target.size(), target) == 0);
+    CHECK(name.find_first_not_of("0123456789abcdef", name.size() - 16) == std::string::npos);
+  }
+
+  SUBCASE("options.dtype stores float32 as float64 (streamed), and refuses integer conversions") {
+    std::vector<float> values(20000);
+    for (std::size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k) * 0.25f + 0.1f;
+    io::write_options options;
+    options.dtype = npy_dtype::float64;
+    const std::string target = dir.file("wide.npy");
+    io::write_npy(target, moecomp::make_vector_view(values.data(), static_cast<index_t>(values.size())), options);
+    const npy_array a = io::read_npy(target);
+    REQUIRE(a.dtype() == npy_dtype::float64);
+    bool exact = true;
+    for (std::size_t k = 0; k < values.size(); ++k)
+      exact = exact && a.vector<double>()(static_cast<index_t>(k)) == static_cast<double>(values[k]);
+    CHECK(exact);
+    const std::vector<std::int32_t> labels = {1, 2};
+    CHECK_THROWS_AS(io::write_npy(dir.file("labels.npy"), moecomp::make_vector_view(labels.data(), 2), options),
+                    moecomp::invalid_argument);
+  }
+
 #if defined(MOECOMP_TEST_POSIX)
+  SUBCASE("a FIFO is never replaced, and a link to a regular file is followed") {
+    const std::string fifo = dir.file("fifo");
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    std::string message;
+    try {
+      io::write_npy(fifo, moecomp::make_vector_view(first.data(), 3));
+    } catch (const moecomp::io_error& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(contains(message, "it is a FIFO, not a regular file"), message);
+    CHECK(fs::is_fifo(fifo));
+    const std::string target = dir.file("target.npy"), link = dir.file("link.npy");
+    io::write_npy(target, moecomp::make_vector_view(first.data(), 3));
+    fs::create_symlink(target, link);
+    io::write_npy(link, moecomp::make_vector_view(second.data(), 2));
+    CHECK(fs::is_symlink(link));
+    CHECK(io::read_npy(target).size() == 2);
+  }
+
   SUBCASE("a write that fails midway (file size limit) leaves the previous file untouched") {
     const std::string target = dir.file("out.npy");
     io::write_npy(target, moecomp::make_vector_view(first.data(), 3));

@@ -27,6 +27,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -367,31 +368,42 @@ inline std::int64_t seekable_file_size(std::FILE* file) {
   return size;
 }
 
-template <class Sink, class T>
-void write_npy_rows(Sink& sink, matrix_view<const T> m) {
-  if (m.empty()) return;
-  if (m.is_contiguous()) {
-    sink.write(m.data(), static_cast<std::size_t>(m.size()) * sizeof(T));
-  } else {
-    for (index_t i = 0; i < m.rows(); ++i) sink.write(m.row_ptr(i), static_cast<std::size_t>(m.cols()) * sizeof(T));
+/// Elements per chunk when a write converts or gathers: bounded extra memory whatever the array's size.
+inline constexpr index_t npy_write_chunk = 8192;
+
+/// Appends `count` elements at `values` (stride `stride`) to `sink` as Stored: straight from memory when
+/// they are contiguous and already Stored, else converted or gathered chunk by chunk.
+template <class Stored, class Sink, class T>
+void write_npy_run(Sink& sink, const T* values, index_t count, index_t stride) {
+  if (count <= 0) return;
+  if constexpr (std::is_same_v<Stored, T>) {
+    if (stride == 1) {
+      sink.write(values, static_cast<std::size_t>(count) * sizeof(T));
+      return;
+    }
+  }
+  Stored buffer[npy_write_chunk];
+  for (index_t first = 0; first < count; first += npy_write_chunk) {
+    const index_t n = std::min(npy_write_chunk, count - first);
+    for (index_t k = 0; k < n; ++k) buffer[k] = static_cast<Stored>(values[(first + k) * stride]);
+    sink.write(buffer, static_cast<std::size_t>(n) * sizeof(Stored));
   }
 }
 
-template <class Sink, class T>
+template <class Stored, class Sink, class T>
+void write_npy_rows(Sink& sink, matrix_view<const T> m) {
+  if (m.empty()) return;
+  if (m.is_contiguous()) {
+    write_npy_run<Stored>(sink, m.data(), m.size(), 1);
+  } else {
+    for (index_t i = 0; i < m.rows(); ++i) write_npy_run<Stored>(sink, m.row_ptr(i), m.cols(), 1);
+  }
+}
+
+template <class Stored, class Sink, class T>
 void write_npy_elements(Sink& sink, vector_view<const T> v) {
   if (v.empty()) return;
-  if (v.is_contiguous()) {
-    sink.write(v.data(), static_cast<std::size_t>(v.size()) * sizeof(T));
-    return;
-  }
-  // Strided: gather into a bounded buffer, so the write costs O(1) extra memory.
-  constexpr index_t chunk = 4096;
-  std::vector<T> buffer(static_cast<std::size_t>(std::min(chunk, v.size())));
-  for (index_t first = 0; first < v.size(); first += chunk) {
-    const index_t count = std::min(chunk, v.size() - first);
-    for (index_t k = 0; k < count; ++k) buffer[static_cast<std::size_t>(k)] = v(first + k);
-    sink.write(buffer.data(), static_cast<std::size_t>(count) * sizeof(T));
-  }
+  write_npy_run<Stored>(sink, v.data(), v.size(), v.is_contiguous() ? 1 : v.stride());
 }
 
 struct npy_string_sink {
@@ -509,7 +521,7 @@ std::string serialize_npy(matrix_view<U, host_memory> m) {
   detail::check_npy_element<T>();
   std::string bytes = detail::npy_header_bytes(npy_dtype_of<T>::value, {m.rows(), m.cols()});
   detail::npy_string_sink sink{bytes};
-  detail::write_npy_rows<detail::npy_string_sink, T>(sink, m);
+  detail::write_npy_rows<T, detail::npy_string_sink, T>(sink, m);
   return bytes;
 }
 /// A 1-D array (any stride).
@@ -519,46 +531,177 @@ std::string serialize_npy(vector_view<U, host_memory> v) {
   detail::check_npy_element<T>();
   std::string bytes = detail::npy_header_bytes(npy_dtype_of<T>::value, {v.size()});
   detail::npy_string_sink sink{bytes};
-  detail::write_npy_elements<detail::npy_string_sink, T>(sink, v);
+  detail::write_npy_elements<T, detail::npy_string_sink, T>(sink, v);
   return bytes;
+}
+
+/// How a write is done. `hooks` sees the temporary file (for a program that removes it on a signal).
+/// `dtype`, if set, is the dtype stored in the file: float32 and float64 views may be stored as either (the
+/// conversion streams in bounded chunks, no full copy); integer views only as themselves.
+struct write_options {
+  temporary_file_hooks hooks{};
+  std::optional<npy_dtype> dtype{};
+};
+
+namespace detail {
+struct staged_file_access;
+}
+
+/// A complete .npy in a temporary file beside its target, not yet in place (see stage_npy). commit()
+/// renames it over the target; destroying it uncommitted removes it and leaves the target as it was.
+/// Staging several files, then committing them one after another, writes all of them or, when any
+/// staging fails, none.
+class staged_file {
+ public:
+  staged_file(staged_file&&) noexcept = default;
+  staged_file& operator=(staged_file&&) noexcept = default;
+  ~staged_file() = default;
+
+  /// Renames the temporary over the target; an io_error (and the temporary removed) if that fails.
+  void commit() {
+    MOECOMP_EXPECTS(writer_ != nullptr, "staged_file::commit: the file was already committed");
+    writer_->publish();
+    writer_.reset();
+  }
+  bool committed() const noexcept { return writer_ == nullptr; }
+  /// The path the file was staged for.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  friend struct detail::staged_file_access;
+  staged_file(std::unique_ptr<detail::atomic_file_writer> writer, std::string path)
+      : writer_(std::move(writer)), path_(std::move(path)) {}
+
+  std::unique_ptr<detail::atomic_file_writer> writer_;
+  std::string path_;
+};
+
+namespace detail {
+
+struct staged_file_access {
+  static staged_file make(std::unique_ptr<atomic_file_writer> writer, const std::string& path) {
+    return staged_file(std::move(writer), path);
+  }
+};
+
+/// The dtype a view of T is stored as under `options` (float32 <-> float64 only); invalid_argument
+/// naming `function` for any other conversion.
+template <class T>
+npy_dtype stored_dtype(const char* function, const write_options& options) {
+  const npy_dtype own = npy_dtype_of<T>::value;
+  if (!options.dtype || *options.dtype == own) return own;
+  const bool floating = std::is_floating_point_v<T> &&
+                        (*options.dtype == npy_dtype::float32 || *options.dtype == npy_dtype::float64);
+  MOECOMP_EXPECTS(floating, function, ": options.dtype must be ", to_string(own),
+                  " or, for a floating-point array, float32 or float64, got ", to_string(*options.dtype));
+  return *options.dtype;
+}
+
+/// Writes header and elements of a view to `writer`, stored as `dtype`.
+template <class Write>
+void write_npy_as(npy_dtype dtype, Write&& write) {
+  if (dtype == npy_dtype::float32) {
+    write(float{});
+  } else if (dtype == npy_dtype::float64) {
+    write(double{});
+  } else if (dtype == npy_dtype::int32) {
+    write(std::int32_t{});
+  } else {
+    write(std::int64_t{});
+  }
+}
+
+}  // namespace detail
+
+/// Writes an N-d array (C order at `data`) to a temporary file beside `path` and returns it staged, not
+/// yet in place. Failures (the target is a directory, a device or a FIFO; the directory is missing or
+/// read-only; the disk is full; a file-size limit) are io_errors that name the path and the cause, with
+/// nothing left behind.
+inline staged_file stage_npy_bytes(const std::string& path, npy_dtype dtype, const std::vector<index_t>& shape,
+                                   const void* data, const write_options& options = {}) {
+  const index_t count = detail::checked_write_count("write_npy", dtype, shape, data);
+  MOECOMP_EXPECTS(!options.dtype || *options.dtype == dtype, "write_npy: options.dtype must be ", to_string(dtype),
+                  " (the data's own dtype) for raw bytes, got ", to_string(*options.dtype));
+  const std::string header = detail::npy_header_bytes(dtype, shape);
+  auto file = std::make_unique<detail::atomic_file_writer>(path, "write_npy", options.hooks);
+  file->write(header.data(), header.size());
+  file->write(data, static_cast<std::size_t>(count) * item_size(dtype));
+  file->finish();
+  return detail::staged_file_access::make(std::move(file), path);
+}
+
+/// A rows x cols matrix (any row stride), staged as above.
+template <class U>
+staged_file stage_npy_matrix(const std::string& path, matrix_view<U, host_memory> m,
+                             const write_options& options = {}) {
+  using T = std::remove_const_t<U>;
+  detail::check_npy_element<T>();
+  const npy_dtype dtype = detail::stored_dtype<T>("write_npy", options);
+  const std::string header = detail::npy_header_bytes(dtype, {m.rows(), m.cols()});
+  auto file = std::make_unique<detail::atomic_file_writer>(path, "write_npy", options.hooks);
+  file->write(header.data(), header.size());
+  const matrix_view<const T> values = m;
+  detail::write_npy_as(dtype, [&](auto stored) {
+    using Stored = decltype(stored);
+    if constexpr (std::is_same_v<Stored, T> || (std::is_floating_point_v<Stored> && std::is_floating_point_v<T>))
+      detail::write_npy_rows<Stored, detail::atomic_file_writer, T>(*file, values);
+  });
+  file->finish();
+  return detail::staged_file_access::make(std::move(file), path);
+}
+
+/// A 1-D array (any stride), staged as above.
+template <class U>
+staged_file stage_npy_vector(const std::string& path, vector_view<U, host_memory> v,
+                             const write_options& options = {}) {
+  using T = std::remove_const_t<U>;
+  detail::check_npy_element<T>();
+  const npy_dtype dtype = detail::stored_dtype<T>("write_npy", options);
+  const std::string header = detail::npy_header_bytes(dtype, {v.size()});
+  auto file = std::make_unique<detail::atomic_file_writer>(path, "write_npy", options.hooks);
+  file->write(header.data(), header.size());
+  const vector_view<const T> values = v;
+  detail::write_npy_as(dtype, [&](auto stored) {
+    using Stored = decltype(stored);
+    if constexpr (std::is_same_v<Stored, T> || (std::is_floating_point_v<Stored> && std::is_floating_point_v<T>))
+      detail::write_npy_elements<Stored, detail::atomic_file_writer, T>(*file, values);
+  });
+  file->finish();
+  return detail::staged_file_access::make(std::move(file), path);
+}
+
+/// stage_npy(path, ...) forwards to the three functions above by argument type.
+template <class U>
+staged_file stage_npy(const std::string& path, matrix_view<U, host_memory> m, const write_options& options = {}) {
+  return stage_npy_matrix(path, m, options);
+}
+template <class U>
+staged_file stage_npy(const std::string& path, vector_view<U, host_memory> v, const write_options& options = {}) {
+  return stage_npy_vector(path, v, options);
+}
+inline staged_file stage_npy(const std::string& path, const npy_array& array, const write_options& options = {}) {
+  return stage_npy_bytes(path, array.dtype(), array.shape(), array.data(), options);
 }
 
 /// Writes an N-d array (C order at `data`) to `path`, atomically: the bytes go to a temporary file in the
 /// same directory which is renamed over `path` only once complete. On any failure the temporary is
 /// removed, `path` is left as it was, and an io_error names the path and the cause.
-inline void write_npy(const std::string& path, npy_dtype dtype, const std::vector<index_t>& shape,
-                      const void* data) {
-  const index_t count = detail::checked_write_count("write_npy", dtype, shape, data);
-  const std::string header = detail::npy_header_bytes(dtype, shape);
-  detail::atomic_file_writer file(path, "write_npy");
-  file.write(header.data(), header.size());
-  file.write(data, static_cast<std::size_t>(count) * item_size(dtype));
-  file.commit();
+inline void write_npy(const std::string& path, npy_dtype dtype, const std::vector<index_t>& shape, const void* data,
+                      const write_options& options = {}) {
+  stage_npy_bytes(path, dtype, shape, data, options).commit();
 }
-inline void write_npy(const std::string& path, const npy_array& array) {
-  write_npy(path, array.dtype(), array.shape(), array.data());
+inline void write_npy(const std::string& path, const npy_array& array, const write_options& options = {}) {
+  stage_npy(path, array, options).commit();
 }
 /// Writes a rows x cols matrix (any row stride) atomically, as above.
 template <class U>
-void write_npy(const std::string& path, matrix_view<U, host_memory> m) {
-  using T = std::remove_const_t<U>;
-  detail::check_npy_element<T>();
-  const std::string header = detail::npy_header_bytes(npy_dtype_of<T>::value, {m.rows(), m.cols()});
-  detail::atomic_file_writer file(path, "write_npy");
-  file.write(header.data(), header.size());
-  detail::write_npy_rows<detail::atomic_file_writer, T>(file, m);
-  file.commit();
+void write_npy(const std::string& path, matrix_view<U, host_memory> m, const write_options& options = {}) {
+  stage_npy_matrix(path, m, options).commit();
 }
 /// Writes a 1-D array (any stride) atomically, as above.
 template <class U>
-void write_npy(const std::string& path, vector_view<U, host_memory> v) {
-  using T = std::remove_const_t<U>;
-  detail::check_npy_element<T>();
-  const std::string header = detail::npy_header_bytes(npy_dtype_of<T>::value, {v.size()});
-  detail::atomic_file_writer file(path, "write_npy");
-  file.write(header.data(), header.size());
-  detail::write_npy_elements<detail::atomic_file_writer, T>(file, v);
-  file.commit();
+void write_npy(const std::string& path, vector_view<U, host_memory> v, const write_options& options = {}) {
+  stage_npy_vector(path, v, options).commit();
 }
 
 }  // namespace io
