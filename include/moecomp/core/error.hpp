@@ -12,10 +12,12 @@
 //    does, std::abort() follows.
 #include <moecomp/core/config.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #if defined(MOECOMP_NO_EXCEPTIONS)
@@ -78,11 +80,29 @@ class logic_error : public error {
 
 namespace detail {
 
-/// Concatenates its arguments with operator<< into one message.
+/// A floating-point value as its shortest text that reads back to the same value ("0.1", "1.0000001",
+/// "1e-320"): a message must show the difference between two numbers it says differ.
+template <class F>
+std::string shortest_text(F value) {
+  char text[64];
+  const std::to_chars_result written = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, written.ptr);
+}
+
+template <class T>
+decltype(auto) message_part(T&& value) {
+  if constexpr (std::is_floating_point_v<std::decay_t<T>>)
+    return shortest_text(value);
+  else
+    return std::forward<T>(value);
+}
+
+/// Concatenates its arguments with operator<< into one message; floating-point values in shortest
+/// round-trip form.
 template <class... Args>
 std::string concat(Args&&... args) {
   std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
+  (out << ... << message_part(std::forward<Args>(args)));
   return out.str();
 }
 

@@ -13,6 +13,9 @@
 #if defined(MOECOMP_USE_CBLAS)
 #include <cblas.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include <limits>
 #include <type_traits>
@@ -20,10 +23,9 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace detail {
 
-/// out (r x c, row stride ldo) = alpha * A B^T, with A r x d (row stride lda) and B c x d (row stride ldb).
-/// The scalar folds into the GEMM (no extra pass; alpha = 1 is exact). d = 0 writes zeros.
+/// gemm_abt's kernel call, whatever threads it may use.
 template <class T>
-void gemm_abt(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* out,
+void gemm_abt_kernel(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* out,
               index_t ldo) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm_abt: T must be float or double");
   using map_out = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
@@ -51,6 +53,31 @@ void gemm_abt(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t
   map_in a_block(a, r, d, Eigen::OuterStride<>(lda));
   map_in b_block(b, c, d, Eigen::OuterStride<>(ldb));
   map_out(out, r, c, Eigen::OuterStride<>(ldo)).noalias() = (alpha * a_block) * b_block.transpose();
+}
+
+/// out (r x c, row stride ldo) = alpha * A B^T, with A r x d (row stride lda) and B c x d (row stride ldb).
+/// The scalar folds into the GEMM (no extra pass; alpha = 1 is exact). d = 0 writes zeros.
+///
+/// Always one thread: moecomp parallelises over GEMM calls, never inside one, so that every entry is
+/// summed the same way at any thread count. Inside an active parallel region Eigen and the OpenMP BLAS
+/// run serially by themselves; outside one (num_threads = 1) they would split the product over
+/// omp_get_max_threads() threads with other block sizes, and the sums would change in the last bit. A
+/// one-thread region whose thread count is set to 1 makes them serial there too, without touching the
+/// caller's settings (the count belongs to that region only).
+template <class T>
+void gemm_abt(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* out,
+              index_t ldo) {
+#if defined(_OPENMP)
+  if (!omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel num_threads(1)
+    {
+      omp_set_num_threads(1);
+      gemm_abt_kernel(alpha, a, lda, b, ldb, r, c, d, out, ldo);
+    }
+    return;
+  }
+#endif
+  gemm_abt_kernel(alpha, a, lda, b, ldb, r, c, d, out, ldo);
 }
 
 }  // namespace detail
