@@ -277,11 +277,14 @@ TEST_CASE("validate_linkage: each malformed Z is refused, naming the row and the
   CHECK(message({{0, 1, 1, 2}, {1, 2, 2, 2}}) ==
         "validate_linkage: z row 1: cluster 1 is merged a second time (first at row 0)");
   CHECK(message({{0, 1, -1, 2}, {2, 3, 2, 3}}) ==
-        "validate_linkage: z row 0: height Z(0, 2) = -1 must be finite and >= 0");
-  CHECK(message({{0, 1, 1, 2}, {2, 3, nan, 3}}).find("z row 1: height Z(1, 2) = nan must be finite and >= 0") !=
+        "validate_linkage: z row 0: height Z(0, 2) = -1 must be a number >= 0 (+inf allowed)");
+  CHECK(message({{0, 1, 1, 2}, {2, 3, nan, 3}}).find("z row 1: height Z(1, 2) = nan must be a number >= 0") !=
         std::string::npos);
-  CHECK(message({{0, 1, 1, 2}, {2, 3, inf, 3}}).find("z row 1: height Z(1, 2) = inf must be finite") !=
+  CHECK(message({{0, 1, 1, 2}, {2, 3, -inf, 3}}).find("z row 1: height Z(1, 2) = -inf must be a number >= 0") !=
         std::string::npos);
+  // +inf is what linkage writes for points at infinite distance (they merge last): a valid height.
+  const linkage infinite_merge({{0, 1, 1, 2}, {2, 3, inf, 3}});
+  CHECK_NOTHROW(cluster::validate_linkage(ctx, infinite_merge.view()));
   CHECK(message({{0, 1, 1, 3}, {2, 3, 2, 4}}) ==
         "validate_linkage: z row 0: size Z(0, 3) = 3 must be the sum of the merged clusters' sizes, 1 + 1 = 2");
   CHECK(message({{0, 1, 1, 2}, {2, 3, 2, 4}}) ==

@@ -22,8 +22,9 @@ namespace cluster {
 
 /// Throws invalid_argument naming the row and the problem unless z is an (n - 1) x 4 linkage matrix
 /// (n >= 1) where each row i merges two integer ids Z(i, 0) < Z(i, 1), each a point (< n) or a cluster formed
-/// by an earlier row (n + j, j < i) and not merged before, at a finite height Z(i, 2) >= 0, into a cluster
-/// of size Z(i, 3) = the sum of the two sizes. Heights need not be monotone (centroid, median).
+/// by an earlier row (n + j, j < i) and not merged before, at a height Z(i, 2) >= 0 (+inf included: linkage
+/// merges points at infinite distance last; NaN is refused), into a cluster of size Z(i, 3) = the sum of the
+/// two sizes. Heights need not be monotone (centroid, median).
 inline void validate_linkage(const host_context& ctx, matrix_view<const double> z) {
   detail::check_linkage_matrix(ctx, z, "validate_linkage");
 }

@@ -42,8 +42,9 @@ inline index_t check_linkage_matrix(const host_context& ctx, matrix_view<const d
       merged_at[static_cast<std::size_t>(c)] = i;
     }
     const double height = z(i, 2);
-    MOECOMP_EXPECTS(std::isfinite(height) && height >= 0, function, ": z row ", i, ": height Z(", i,
-                    ", 2) = ", height, " must be finite and >= 0");
+    // +inf is a height linkage() produces (points at infinite distance merge last), so it is valid here.
+    MOECOMP_EXPECTS(height >= 0, function, ": z row ", i, ": height Z(", i, ", 2) = ", height,
+                    " must be a number >= 0 (+inf allowed)");
     const double expected_size = size_of(a) + size_of(b);
     MOECOMP_EXPECTS(z(i, 3) == expected_size, function, ": z row ", i, ": size Z(", i, ", 3) = ", z(i, 3),
                     " must be the sum of the merged clusters' sizes, ", size_of(a), " + ", size_of(b), " = ",
