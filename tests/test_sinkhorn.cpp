@@ -385,6 +385,32 @@ TEST_CASE("sinkhorn: float inputs") {
   }
 }
 
+TEST_CASE("sinkhorn: +inf costs forbid their pairs, in every method, and the cost sums the allowed pairs") {
+  // a = (1/2, 1/2), b = (1/2, 1/2) and pair (0, 1) forbidden: the only feasible plan moves a_0 to b_0, so
+  // a_1 splits evenly, and every method must converge to [[1/2, 0], [0, 1/2]]... up to entropic blur on the
+  // allowed pairs, which with cost 0 on the diagonal and 1 on (1, 0) and a small reg is below 1e-12.
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> a = {0.5, 0.5}, b = {0.5, 0.5};
+  const std::vector<double> cost = {0.0, inf, 1.0, 0.0};
+  for (const auto method : {ot::sinkhorn_method::plain, ot::sinkhorn_method::log, ot::sinkhorn_method::stabilized,
+                            ot::sinkhorn_method::epsilon_scaling}) {
+    CAPTURE(ot::to_string(method));
+    ot::sinkhorn_params params;
+    params.reg = 0.02;
+    params.method = method;
+    std::vector<double> plan(4, -1.0);
+    const ot::sinkhorn_result r =
+        ot::sinkhorn(host_context(), params, make_vector_view(a.data(), 2), make_vector_view(b.data(), 2),
+                     make_matrix_view(cost.data(), 2, 2), make_matrix_view(plan.data(), 2, 2));
+    CHECK(r.status == moecomp::status::ok);
+    CHECK(plan[1] == 0.0);  // exactly: exp(-inf) = 0 in every form of the kernel
+    CHECK(plan[0] == doctest::Approx(0.5).epsilon(1e-9));
+    CHECK(plan[3] == doctest::Approx(0.5).epsilon(1e-9));
+    CHECK(std::isfinite(r.cost));
+    CHECK(r.cost == doctest::Approx(plan[2] * 1.0).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("sinkhorn: bad input is rejected with a message naming the argument") {
   const problem p = random_problem(4, 3, 10);
   std::vector<double> plan(12);
@@ -416,12 +442,25 @@ TEST_CASE("sinkhorn: bad input is rejected with a message naming the argument") 
         std::string::npos);
   CHECK(call({0.5, 0.5}, b, ok).find("cost must be 2 x 3") != std::string::npos);
   CHECK(call(a, b, ok, 2).find("plan must be 4 x 3") != std::string::npos);
+  auto cost_message = [&](const std::vector<double>& cost) {
+    return thrown_message([&] {
+      ot::sinkhorn(host_context(), ok, make_vector_view(a.data(), 4), make_vector_view(b.data(), 3),
+                   make_matrix_view(cost.data(), 4, 3), make_matrix_view(plan.data(), 4, 3));
+    });
+  };
+  // +inf forbids a pair; NaN, -inf, and a row or column forbidden everywhere are misuse.
   std::vector<double> bad_cost = p.cost;
-  bad_cost[5] = std::numeric_limits<double>::infinity();
-  CHECK(thrown_message([&] {
-          ot::sinkhorn(host_context(), ok, make_vector_view(a.data(), 4), make_vector_view(b.data(), 3),
-                       make_matrix_view(bad_cost.data(), 4, 3), make_matrix_view(plan.data(), 4, 3));
-        }).find("cost must be finite, got inf at (1, 2)") != std::string::npos);
+  bad_cost[5] = std::numeric_limits<double>::quiet_NaN();
+  CHECK(cost_message(bad_cost).find("cost must hold numbers or +inf (a forbidden pair), got nan at (1, 2)") !=
+        std::string::npos);
+  bad_cost[5] = -std::numeric_limits<double>::infinity();
+  CHECK(cost_message(bad_cost).find("got -inf at (1, 2)") != std::string::npos);
+  bad_cost = p.cost;
+  for (int j = 0; j < 3; ++j) bad_cost[static_cast<std::size_t>(2 * 3 + j)] = std::numeric_limits<double>::infinity();
+  CHECK(cost_message(bad_cost).find("cost row 2 is +inf (forbidden) everywhere") != std::string::npos);
+  bad_cost = p.cost;
+  for (int i = 0; i < 4; ++i) bad_cost[static_cast<std::size_t>(i * 3 + 1)] = std::numeric_limits<double>::infinity();
+  CHECK(cost_message(bad_cost).find("cost column 1 is +inf (forbidden) everywhere") != std::string::npos);
   std::vector<double> shared = p.cost;
   CHECK(thrown_message([&] {
           ot::sinkhorn(host_context(), ok, make_vector_view(a.data(), 4), make_vector_view(b.data(), 3),

@@ -8,6 +8,8 @@
   log niter + 1; epsilon_scaling: outer steps). The n = 700 case takes the float-kernel path of `plain`.
 * log at reg = 1e-3 (iteration limit): finite, and equal to POT's sinkhorn_log to 1e-6.
 * float32 input: the plan to 1e-3 of POT's float64 plan.
+* forbidden pairs (+inf costs, 20% of them) for plain, log and stabilized: the same plans as POT, and the cost
+  over the allowed pairs; a row forbidden everywhere and a -inf cost are refused.
 * The CLI's error contract: exit 2, one "moecomp: error:" line naming the argument, no output file, and an
   existing output file left untouched.
 
@@ -64,7 +66,8 @@ def main():
             want, log = ot.sinkhorn(a.astype(np.float64), b.astype(np.float64), M.astype(np.float64), reg,
                                     method=POT_METHOD[method], log=True, **(pot_kwargs or {}))
             rel = float(np.abs(got - want).max() / np.abs(want).max())
-            pot_cost = float(np.sum(want * M))
+            allowed = np.isfinite(M)  # +inf marks a forbidden pair: plan 0 there, and no cost
+            pot_cost = float(np.sum(np.where(allowed, want, 0.0) * np.where(allowed, M, 0.0)))
             niter = log.get("niter", log.get("n_iter"))
             ok = (rel <= rtol and np.isfinite(got).all() and abs(js["cost"] - pot_cost) <= rtol * abs(pot_cost)
                   and (not check_iterations or js["iterations"] == niter + 1)
@@ -95,6 +98,13 @@ def main():
         c.check("stabilized periods 10 and 20 stop apart (the case above is discriminating)",
                 log10.get("niter", log10.get("n_iter")) != log20.get("niter", log20.get("n_iter")),
                 f"POT niter {log10.get('niter', log10.get('n_iter'))} vs {log20.get('niter', log20.get('n_iter'))}")
+        # Forbidden pairs (+inf costs, POT's convention): the same plans as POT, cost over the allowed pairs.
+        for n, m in ((30, 20), (700, 600)):
+            a, b, M = problem(rng, n, m)
+            M[rng.random((n, m)) < 0.2] = np.inf
+            M[np.arange(n), np.arange(n) % m] = 0.5  # every row and column keeps an allowed pair
+            for method in ("plain", "log", "stabilized"):
+                compare(f"{method} {n}x{m} with 20% forbidden (+inf) pairs", a, b, M, 5e-2, method)
         a32, b32, M32 = problem(rng, 50, 40, np.float32)
         compare("float32 plain", a32, b32, M32, 5e-2, "plain", check_iterations=False, rtol=1e-3)
 
@@ -123,6 +133,16 @@ def main():
         c.expect_error("check-every 0", ["sinkhorn", *paths, "--reg", "0.1", "--check-every", "0"],
                        "--check-every", "0")
         c.expect_error("max-iter 0", ["sinkhorn", *paths, "--reg", "0.1", "--max-iter", "0"], "--max-iter")
+        forbidden_row, minus_inf = c.path("forbidden_row.npy"), c.path("minus_inf.npy")
+        y = M.copy()
+        y[2, :] = np.inf
+        np.save(forbidden_row, y)
+        y = M.copy()
+        y[1, 2] = -np.inf
+        np.save(minus_inf, y)
+        c.expect_error("a row forbidden everywhere", ["sinkhorn", paths[0], paths[1], forbidden_row, "--reg", "0.1"],
+                       "row 2", "forbidden")
+        c.expect_error("-inf cost", ["sinkhorn", paths[0], paths[1], minus_inf, "--reg", "0.1"], "-inf", "(1, 2)")
 
         print(f"{c.checks - c.failures} passed, {c.failures} failed")
         sys.exit(1 if c.failures else 0)

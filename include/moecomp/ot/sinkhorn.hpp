@@ -16,8 +16,9 @@ MOECOMP_NAMESPACE_BEGIN
 namespace ot {
 namespace detail {
 
+/// Checks one host problem; returns whether its cost has forbidden (+inf) pairs.
 template <class T>
-void check_sinkhorn_problem(const char* function, vector_view<const T> a, vector_view<const T> b,
+bool check_sinkhorn_problem(const char* function, vector_view<const T> a, vector_view<const T> b,
                             matrix_view<const T> cost, matrix_view<T> plan, int threads = 1) {
   MOECOMP_EXPECTS(a.size() >= 1, function, ": a must have at least one entry, got size ", a.size());
   MOECOMP_EXPECTS(b.size() >= 1, function, ": b must have at least one entry, got size ", b.size());
@@ -31,7 +32,7 @@ void check_sinkhorn_problem(const char* function, vector_view<const T> a, vector
   const double sum_a = check_histogram<T>(function, "a", a.size(), [&](index_t i) { return a(i); });
   const double sum_b = check_histogram<T>(function, "b", b.size(), [&](index_t i) { return b(i); });
   check_equal_mass<T>(function, sum_a, sum_b);
-  check_finite_cost(function, "cost", cost, threads);
+  return check_cost_with_forbidden_pairs(function, "cost", cost, threads);
 }
 
 template <class T>
@@ -52,7 +53,7 @@ sinkhorn_result sinkhorn_host(const host_context& ctx, const sinkhorn_params& pa
                               vector_view<T>* f, vector_view<T>* g) {
   check_sinkhorn_element_type<T>();
   check_sinkhorn_params("sinkhorn", params);
-  check_sinkhorn_problem("sinkhorn", a, b, cost, plan, ctx.threads());
+  const bool forbidden_pairs = check_sinkhorn_problem("sinkhorn", a, b, cost, plan, ctx.threads());
   if (f != nullptr) {
     MOECOMP_EXPECTS(f->size() == a.size(), "sinkhorn: f must have size ", a.size(), " (size of a), got ", f->size());
     MOECOMP_EXPECTS(g->size() == b.size(), "sinkhorn: g must have size ", b.size(), " (size of b), got ", g->size());
@@ -60,7 +61,8 @@ sinkhorn_result sinkhorn_host(const host_context& ctx, const sinkhorn_params& pa
   const int threads = ctx.threads();
   sinkhorn_workspace ws(ctx, a.size(), b.size(), threads);
   load_histograms(a, b, ws);
-  const sinkhorn_result result = solve_one(ctx, threads, params, cost, plan, ws, f != nullptr);
+  sinkhorn_result result = solve_one(ctx, threads, params, cost, plan, ws, f != nullptr);
+  if (forbidden_pairs) result.cost = cost_over_allowed_pairs(matrix_view<const T>(plan), cost);
   if (f != nullptr) {
     for (index_t i = 0; i < a.size(); ++i) (*f)(i) = static_cast<T>(ws.row_work[i]);
     for (index_t j = 0; j < b.size(); ++j) (*g)(j) = static_cast<T>(ws.col_work[j]);
@@ -72,9 +74,10 @@ sinkhorn_result sinkhorn_host(const host_context& ctx, const sinkhorn_params& pa
 
 /// Entropic OT plan between histograms a (n) and b (m) for cost (n x m): plan (n x m) = diag(u) K diag(v)
 /// with K = exp(-cost / reg), fitted by params.method. a, b, cost may be const or mutable views of T
-/// (float or double); plan must not overlap cost. Throws invalid_argument on misuse (shapes, negative or
-/// non-finite masses, unequal total masses, non-finite costs, bad params); numerical outcomes are in the
-/// result's status.
+/// (float or double); plan must not overlap cost. A cost entry of +inf forbids its pair (plan entry 0, as in
+/// POT). Throws invalid_argument on misuse (shapes, negative or non-finite masses, unequal total masses, NaN
+/// or -inf costs, a row or column forbidden everywhere, bad params); numerical outcomes are in the result's
+/// status.
 template <class T, class A, class B, class C,
           std::enable_if_t<detail::is_input_of_v<A, T> && detail::is_input_of_v<B, T> && detail::is_input_of_v<C, T>,
                            int> = 0>
@@ -117,9 +120,10 @@ void sinkhorn_batched(const host_context& ctx, const sinkhorn_params& params, ma
                   results.size());
   if (batch == 0) return;
   const matrix_view<const T> ac = a, bc = b, cc = costs;
+  std::vector<char> forbidden_pairs(static_cast<std::size_t>(batch));
   for (index_t k = 0; k < batch; ++k)
-    detail::check_sinkhorn_problem<T>("sinkhorn_batched", ac.row(k), bc.row(k), cc.row_range(k * n, n),
-                                      plans.row_range(k * n, n));
+    forbidden_pairs[static_cast<std::size_t>(k)] = detail::check_sinkhorn_problem<T>(
+        "sinkhorn_batched", ac.row(k), bc.row(k), cc.row_range(k * n, n), plans.row_range(k * n, n));
   const int threads = static_cast<int>(std::min<index_t>(ctx.threads(), batch));
   std::vector<std::unique_ptr<detail::sinkhorn_workspace>> workspaces;
   for (int t = 0; t < threads; ++t) workspaces.push_back(std::make_unique<detail::sinkhorn_workspace>(ctx, n, m, 1));
@@ -134,6 +138,9 @@ void sinkhorn_batched(const host_context& ctx, const sinkhorn_params& params, ma
     detail::sinkhorn_workspace& ws = *workspaces[static_cast<std::size_t>(t)];
     detail::load_histograms(ac.row(k), bc.row(k), ws);
     results(k) = detail::solve_one(ctx, 1, params, cc.row_range(k * n, n), plans.row_range(k * n, n), ws, false);
+    if (forbidden_pairs[static_cast<std::size_t>(k)])
+      results(k).cost = detail::cost_over_allowed_pairs(matrix_view<const T>(plans.row_range(k * n, n)),
+                                                        cc.row_range(k * n, n));
   }
 }
 

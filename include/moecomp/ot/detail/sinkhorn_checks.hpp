@@ -119,6 +119,59 @@ void check_finite_cost(const char* function, const char* name, matrix_view<T, Sp
                     static_cast<double>(row[j]), " at (", first_bad_row, ", ", j, ")");
 }
 
+/// A host cost in which +inf marks a forbidden pair (its plan entry is 0, as POT's exp(-inf) gives): NaN and
+/// -inf are refused at the first such entry, and so is a row or a column that forbids every pair (its mass,
+/// or its 0 / 0 scaling, would have nowhere to go). Returns whether any +inf is present. All-finite costs
+/// (the common case) cost one vectorised scan, as check_finite_cost.
+template <class T>
+bool check_cost_with_forbidden_pairs(const char* function, const char* name, matrix_view<T> cost, int threads = 1) {
+  const index_t n = cost.rows(), m = cost.cols();
+  index_t first_bad_row = n;
+  (void)threads;
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(threads) if (threads > 1 && n * m >= finite_check_parallel_min_entries) \
+    reduction(min : first_bad_row) schedule(static)
+#endif
+  for (index_t i = 0; i < n; ++i)
+    if (!row_is_finite(cost.row_ptr(i), m)) first_bad_row = std::min(first_bad_row, i);
+  if (first_bad_row == n) return false;
+  for (index_t i = first_bad_row; i < n; ++i) {
+    const T* row = cost.row_ptr(i);
+    bool allowed = false;
+    for (index_t j = 0; j < m; ++j) {
+      const double x = static_cast<double>(row[j]);
+      MOECOMP_EXPECTS(x == x && x > -std::numeric_limits<double>::infinity(), function, ": ", name,
+                      " must hold numbers or +inf (a forbidden pair), got ", x, " at (", i, ", ", j, ")");
+      allowed = allowed || std::isfinite(x);
+    }
+    MOECOMP_EXPECTS(allowed, function, ": ", name, " row ", i, " is +inf (forbidden) everywhere: that row's mass has "
+                    "nowhere to go");
+  }
+  for (index_t j = 0; j < m; ++j) {
+    bool allowed = false;
+    for (index_t i = 0; i < n && !allowed; ++i) allowed = std::isfinite(static_cast<double>(cost(i, j)));
+    MOECOMP_EXPECTS(allowed, function, ": ", name, " column ", j, " is +inf (forbidden) everywhere: no mass can "
+                    "reach it");
+  }
+  return true;
+}
+
+/// <plan, cost> over the allowed pairs only (a forbidden pair's plan entry is 0, and 0 * inf would be NaN),
+/// rows summed in order.
+template <class T>
+double cost_over_allowed_pairs(matrix_view<const T> plan, matrix_view<const T> cost) {
+  double total = 0.0;
+  for (index_t i = 0; i < plan.rows(); ++i) {
+    const T* p = plan.row_ptr(i);
+    const T* c = cost.row_ptr(i);
+    double row = 0.0;
+    for (index_t j = 0; j < plan.cols(); ++j)
+      if (std::isfinite(static_cast<double>(c[j]))) row += static_cast<double>(p[j]) * static_cast<double>(c[j]);
+    total += row;
+  }
+  return total;
+}
+
 /// True when the memory spanned by the two matrices intersects.
 template <class T, class U, class Space>
 bool spans_overlap(matrix_view<T, Space> x, matrix_view<U, Space> y) {
