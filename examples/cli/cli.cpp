@@ -1,15 +1,29 @@
 #include "cli.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cfloat>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <new>
 #include <sstream>
+#include <thread>
 
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/mman.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/resource.h>
+#include <unistd.h>
 #endif
 
 namespace moecomp_cli {
@@ -18,7 +32,7 @@ namespace {
 
 const std::vector<option_spec>& common_options() {
   static const std::vector<option_spec> options = {
-      {"-o", true, "write the main output to this .npy file (atomically: no partial file on failure)"},
+      {"-o", true, "write the main output to this .npy file (atomically: no partial file on failure)", true},
       {"--json", false, "print a one-line JSON summary on stdout"},
       {"--dtype", true, "float32|float64: computation precision (default: the input's)"},
       {"--threads", true, "threads for moecomp's parallel loops (default 0: all)"},
@@ -81,6 +95,7 @@ arguments::arguments(const command_spec& spec, const std::vector<std::string>& a
       if (!o) throw usage_error(spec.name + ": unknown option '" + name + "' (see moecomp " + spec.name + " --help)");
       if (!o->takes_value) {
         if (has_inline) throw usage_error(spec.name + ": option " + name + " takes no value");
+        if (flags_.count(name)) throw usage_error(spec.name + ": option " + name + " given twice");
         flags_[name] = true;
         continue;
       }
@@ -120,32 +135,48 @@ std::string arguments::value_or(const std::string& name, const std::string& fall
   return value(name).value_or(fallback);
 }
 
+namespace {
+
+// Numbers are written in decimal, as a person types them: no leading or trailing space, no hex ("0x10"),
+// no "inf" or "nan". The parsers of the C library accept all of those; these helpers refuse them first.
+bool plain_decimal(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front())) ||
+      std::isspace(static_cast<unsigned char>(text.back())))
+    return false;
+  const std::size_t digits = (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  if (text.size() > digits + 1 && text[digits] == '0' && (text[digits + 1] == 'x' || text[digits + 1] == 'X'))
+    return false;
+  return text.find_first_not_of("+-0123456789.eE") == std::string::npos;
+}
+
+}  // namespace
+
 double arguments::number(const std::string& name, double fallback) const {
   const auto v = value(name);
   if (!v) return fallback;
-  std::size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v->size() || !std::isfinite(x))
-    throw usage_error("option " + name + ": expected a finite number, got '" + *v + "'");
+  const std::string& text = *v;
+  char* end = nullptr;
+  errno = 0;
+  const double x = plain_decimal(text) ? std::strtod(text.c_str(), &end) : 0.0;
+  const bool parsed = end != nullptr && end == text.c_str() + text.size();
+  // ERANGE on a finite non-zero result is a subnormal (1e-320): representable, so accepted. A value that
+  // rounds to zero or to infinity is out of range.
+  const bool in_range = errno != ERANGE || (std::isfinite(x) && x != 0.0);
+  if (!parsed || !std::isfinite(x) || !in_range)
+    throw usage_error("option " + name + ": expected a finite decimal number, got '" + text + "'");
   return x;
 }
 
 long long arguments::integer(const std::string& name, long long fallback) const {
   const auto v = value(name);
   if (!v) return fallback;
-  std::size_t used = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(*v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v->size()) throw usage_error("option " + name + ": expected an integer, got '" + *v + "'");
+  const std::string& text = *v;
+  char* end = nullptr;
+  errno = 0;
+  const bool digits_only = plain_decimal(text) && text.find_first_of(".eE") == std::string::npos;
+  const long long x = digits_only ? std::strtoll(text.c_str(), &end, 10) : 0;
+  if (!digits_only || end != text.c_str() + text.size() || errno == ERANGE)
+    throw usage_error("option " + name + ": expected a decimal integer, got '" + text + "'");
   return x;
 }
 
@@ -224,21 +255,36 @@ void deallocate_workspace(void* pointer, std::size_t bytes, std::size_t alignmen
 
 }  // namespace
 
+namespace {
+
+/// The CPUs this process may run on (its affinity mask where the system tells), at least 1.
+int usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
 moecomp::host_context make_context(const arguments& args) {
   const long long threads = args.integer("--threads", 0);
-  if (threads < 0 || threads > 4096) throw usage_error("option --threads: expected 0..4096, got " + std::to_string(threads));
-  moecomp::host_context ctx(static_cast<int>(threads));
+  if (threads < 0) throw usage_error("option --threads: expected an integer >= 0, got " + std::to_string(threads));
+  const int cpus = usable_cpus();
+  moecomp::host_context ctx(threads == 0 || threads > cpus ? cpus : static_cast<int>(threads));
   ctx.allocator.allocate = allocate_workspace;
   ctx.allocator.deallocate = deallocate_workspace;
   return ctx;
 }
 
 json_summary& json_summary::add(const std::string& key, double value) {
+  // JSON has no infinity or NaN: those are written as the strings "inf", "-inf" and "nan".
   char buffer[32];
   if (std::isfinite(value))
     std::snprintf(buffer, sizeof buffer, "%.17g", value);
   else
-    std::snprintf(buffer, sizeof buffer, "null");
+    std::snprintf(buffer, sizeof buffer, "%s", std::isnan(value) ? "\"nan\"" : value > 0 ? "\"inf\"" : "\"-inf\"");
   fields_.emplace_back(key, buffer);
   return *this;
 }
@@ -312,6 +358,206 @@ std::vector<double> load_weights(const std::string& path, moecomp::index_t k, co
     throw usage_error(m.str());
   }
   return std::vector<double>(w.storage().begin(), w.storage().end());
+}
+
+// ---------------------------------------------------------------------------------------------- resources
+
+namespace {
+
+/// Bytes of memory available to this process: what the system has available (MemAvailable on Linux, the
+/// free physical pages elsewhere), capped by an address-space limit (ulimit -v). Negative if unknown.
+double available_memory_bytes() {
+  double available = -1.0;
+#if defined(__linux__)
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") {
+      available = kib * 1024.0;
+      break;
+    }
+  }
+#endif
+#if defined(_SC_AVPHYS_PAGES) && defined(_SC_PAGESIZE)
+  if (available < 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) available = static_cast<double>(pages) * static_cast<double>(page);
+  }
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const double cap = static_cast<double>(limit.rlim_cur);
+    available = available < 0 ? cap : std::min(available, cap);
+  }
+#endif
+  return available;
+}
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  return text;
+}
+
+}  // namespace
+
+void require_memory(double bytes, const std::string& what, const std::string& alternative) {
+  const double available = available_memory_bytes();
+  if (available < 0 || bytes <= available) return;
+  throw usage_error(what + " needs about " + gigabytes(bytes) + " of memory and " + gigabytes(available) +
+                    " is available" + (alternative.empty() ? "" : "; " + alternative));
+}
+
+// ---------------------------------------------------------------------------------------------- outputs
+
+namespace {
+
+// The temporaries being written, for the signal handler: fixed slots, since a handler may not allocate.
+// A slot's name is copied before its flag is set and the flag cleared before the slot is reused.
+constexpr int temporary_slots = 32;
+constexpr std::size_t temporary_name_size = 4096;
+char temporary_names[temporary_slots][temporary_name_size];
+volatile std::sig_atomic_t temporary_in_use[temporary_slots];
+
+void temporary_creating(const char* path, void*) {
+  if (std::strlen(path) >= temporary_name_size) return;  // longer than any path the system accepts
+  for (int k = 0; k < temporary_slots; ++k) {
+    if (temporary_in_use[k]) continue;
+    std::strcpy(temporary_names[k], path);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    temporary_in_use[k] = 1;
+    return;
+  }
+}
+
+void temporary_released(const char* path, void*) {
+  for (int k = 0; k < temporary_slots; ++k) {
+    if (temporary_in_use[k] && std::strcmp(temporary_names[k], path) == 0) {
+      temporary_in_use[k] = 0;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      return;
+    }
+  }
+}
+
+extern "C" void remove_temporaries_and_reraise(int signal_number) {
+  for (int k = 0; k < temporary_slots; ++k)
+    if (temporary_in_use[k]) ::unlink(temporary_names[k]);  // async-signal-safe
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+/// "-o" and "--duals" or "--duals and --duals-v": the options that name one file, for the message.
+std::string option_list(const std::vector<std::string>& options) {
+  std::string text;
+  for (std::size_t k = 0; k < options.size(); ++k)
+    text += (k == 0 ? "" : k + 1 == options.size() ? " and " : ", ") + options[k];
+  return text;
+}
+
+}  // namespace
+
+moecomp::io::temporary_file_hooks temporary_file_hooks() {
+  moecomp::io::temporary_file_hooks hooks;
+  hooks.creating = temporary_creating;
+  hooks.released = temporary_released;
+  return hooks;
+}
+
+void install_signal_handlers() {
+#if defined(__unix__) || defined(__APPLE__)
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_and_reraise;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal_number, &action, nullptr);
+  }
+  // Past a file-size limit the write then fails with EFBIG, reported and cleaned up like any failed write.
+  std::signal(SIGXFSZ, SIG_IGN);
+#else
+  for (int signal_number : {SIGINT, SIGTERM}) std::signal(signal_number, remove_temporaries_and_reraise);
+#endif
+}
+
+output_files::output_files(const command_spec& spec, const arguments& args) {
+  namespace fs = std::filesystem;
+  std::vector<const option_spec*> outputs;
+  for (const auto& o : spec.options)
+    if (o.output) outputs.push_back(&o);
+  for (const auto& o : common_options())
+    if (o.output) outputs.push_back(&o);
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_file;  // canonical path, options
+  for (const option_spec* o : outputs) {
+    const auto given = args.value(o->name);
+    if (!given) continue;
+    const std::string& path = *given;
+    if (path.empty()) throw usage_error("option " + o->name + ": expected a file name, got ''");
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (fs::exists(status) && !fs::is_regular_file(status))
+      throw usage_error("option " + o->name + ": '" + path + "' is " + moecomp::io::file_kind_text(status.type()) +
+                        ", not a regular file; outputs are written only to regular files (leave the option out to "
+                        "write nothing)");
+    fs::path directory = fs::path(path).parent_path();
+    if (directory.empty()) directory = ".";
+    const fs::file_status directory_status = fs::status(directory, ec);
+    if (!fs::exists(directory_status))
+      throw usage_error("option " + o->name + ": cannot write '" + path + "': directory '" + directory.string() +
+                        "' does not exist");
+    if (!fs::is_directory(directory_status))
+      throw usage_error("option " + o->name + ": cannot write '" + path + "': '" + directory.string() +
+                        "' is not a directory");
+#if defined(__unix__) || defined(__APPLE__)
+    if (::access(directory.c_str(), W_OK | X_OK) != 0)
+      throw usage_error("option " + o->name + ": cannot write '" + path + "': directory '" + directory.string() +
+                        "' is not writable");
+#endif
+    const std::string key = fs::weakly_canonical(fs::absolute(path, ec), ec).string();
+    auto same = std::find_if(by_file.begin(), by_file.end(), [&](const auto& entry) { return entry.first == key; });
+    if (same != by_file.end()) {
+      same->second.push_back(o->name);
+      throw usage_error("options " + option_list(same->second) + " name the same file '" + path +
+                        "'; each output needs a file of its own");
+    }
+    by_file.push_back({key, {o->name}});
+    requested_.emplace_back(o->name, path);
+  }
+}
+
+std::optional<std::string> output_files::path(const std::string& option) const {
+  for (const auto& entry : requested_)
+    if (entry.first == option) return entry.second;
+  return std::nullopt;
+}
+
+void output_files::commit() {
+  for (auto& file : staged_)
+    if (!file.committed()) file.commit();
+  staged_.clear();
+}
+
+// ---------------------------------------------------------------------------------------------- outcomes
+
+int conclude(const arguments& args, output_files& outputs, json_summary summary, moecomp::status outcome,
+             const std::string& what, const std::string& hint) {
+  summary.add("status", std::string(moecomp::to_string(outcome)));
+  const bool failed = outcome == moecomp::status::numerical_error || outcome == moecomp::status::unbounded ||
+                      outcome == moecomp::status::infeasible;
+  if (failed) {
+    report(args, summary);
+    std::fprintf(stderr, "moecomp: error: %s: numerical failure (status %s), nothing was written%s%s\n", what.c_str(),
+                 moecomp::to_string(outcome), hint.empty() ? "" : ": ", hint.c_str());
+    return exit_numerical_failure;
+  }
+  outputs.commit();
+  if (outcome != moecomp::status::ok)
+    std::fprintf(stderr, "moecomp: warning: %s: stopped before its stopping rule held (status %s)%s%s\n", what.c_str(),
+                 moecomp::to_string(outcome), hint.empty() ? "" : "; ", hint.c_str());
+  report(args, summary);
+  return 0;
 }
 
 }  // namespace moecomp_cli

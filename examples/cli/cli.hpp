@@ -1,6 +1,7 @@
 #pragma once
 // Shared machinery of the moecomp tool: argument parsing, the error convention (exit 2 with one
-// "moecomp: error:" line), --json summaries, timing, and loading/saving .npy operands.
+// "moecomp: error:" line), the output files (checked first, committed together), the numerical-outcome
+// rule, --json summaries, timing, resource checks, and loading .npy operands. The contract: docs/cli.md.
 #include <moecomp/io/npy.hpp>
 #include <moecomp/moecomp.hpp>
 
@@ -23,7 +24,8 @@ class usage_error : public std::runtime_error {
 struct option_spec {
   std::string name;  // with the dashes: "--metric", "-o"
   bool takes_value;
-  std::string help;  // one line, e.g. "euclidean|sqeuclidean|cosine|correlation (default euclidean)"
+  std::string help;     // one line, e.g. "euclidean|sqeuclidean|cosine|correlation (default euclidean)"
+  bool output = false;  // its value is an output file (see output_files)
 };
 
 struct command_spec {
@@ -63,8 +65,16 @@ template <class T>
 moecomp::host_matrix<T> load_float_matrix(const std::string& path, const moecomp::io::npy_array& array,
                                           bool require_finite);
 
-/// Host context from --threads (0 = OpenMP default).
+/// Host context from --threads: 0 (default) or any larger count means every CPU this process may run on;
+/// counts beyond that are capped there, since more threads than CPUs only add overhead.
 moecomp::host_context make_context(const arguments& args);
+
+/// Fails with a usage_error (exit 2) before any work when `bytes` exceed the memory this machine has
+/// available (and any address-space limit), naming what needs it and `alternative`, the way out.
+void require_memory(double bytes, const std::string& what, const std::string& alternative);
+
+/// Exit status of a numerical failure: the input was valid but the result cannot be trusted.
+inline constexpr int exit_numerical_failure = 3;
 
 /// A flat JSON object printed on one line.
 class json_summary {
@@ -95,6 +105,55 @@ class stopwatch {
 /// Prints the summary when --json was given.
 void report(const arguments& args, const json_summary& summary);
 
+/// The output files of one run (docs/cli.md, "Outputs"). Every output option given is checked before any
+/// work: each names its own file (two options naming one file is an error), in a directory that exists,
+/// and is not a directory, device, FIFO or socket. stage() writes an output to a temporary file beside its
+/// target; commit() renames them all at the end. A run that fails before commit() leaves every target as it
+/// was. Temporaries are removed on every exit path, including SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE
+/// (install_signal_handlers) and a file-size limit (SIGXFSZ is ignored, so the write fails cleanly).
+class output_files {
+ public:
+  output_files(const command_spec& spec, const arguments& args);  // throws usage_error
+  /// The path given to the output option `option`, if it was given.
+  std::optional<std::string> path(const std::string& option) const;
+  /// Writes `view` for `option` to its temporary file (nothing if the option was not given), stored as
+  /// `dtype` if set (float32 <-> float64, streamed).
+  template <class View>
+  void stage(const std::string& option, View view, std::optional<moecomp::io::npy_dtype> dtype = std::nullopt);
+  /// Renames every staged file over its target.
+  void commit();
+
+ private:
+  std::vector<std::pair<std::string, std::string>> requested_;  // option, path
+  std::vector<moecomp::io::staged_file> staged_;
+};
+
+/// The hooks that let install_signal_handlers' handler remove the temporaries being written.
+moecomp::io::temporary_file_hooks temporary_file_hooks();
+
+/// Installs the tool's handlers: SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE remove every temporary file
+/// being written and then end the process as the signal would; SIGXFSZ is ignored.
+void install_signal_handlers();
+
+template <class View>
+void output_files::stage(const std::string& option, View view, std::optional<moecomp::io::npy_dtype> dtype) {
+  const auto target = path(option);
+  if (!target) return;
+  moecomp::io::write_options options;
+  options.hooks = temporary_file_hooks();
+  options.dtype = dtype;
+  staged_.push_back(moecomp::io::stage_npy(*target, view, options));
+}
+
+/// The one rule for numerical outcomes (docs/cli.md, "Numerical outcomes"), ending every command:
+/// - ok: the outputs are committed, the summary printed (--json), exit 0;
+/// - iteration_limit or not_converged: the same, plus one "moecomp: warning:" line saying so, exit 0;
+/// - numerical_error, unbounded or infeasible: nothing is written, the summary is printed (with its status),
+///   one "moecomp: error:" line says what failed and `hint` what to try, exit 3.
+/// `summary` gains "status"; `what` names the computation in the messages.
+int conclude(const arguments& args, output_files& outputs, json_summary summary, moecomp::status outcome,
+             const std::string& what, const std::string& hint);
+
 /// Reads an .npy operand; a missing or malformed file is a usage_error (exit 2) naming the argument.
 moecomp::io::npy_array read_operand(const std::string& path);
 
@@ -108,7 +167,7 @@ std::vector<double> load_weights(const std::string& path, moecomp::index_t k, co
 /// The command table: each command_*.cpp defines one entry.
 struct command {
   command_spec spec;
-  int (*run)(const arguments& args);
+  int (*run)(const arguments& args, output_files& outputs);
 };
 const std::vector<command>& commands();
 

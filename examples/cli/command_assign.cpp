@@ -57,7 +57,7 @@ assign_outcome run_assign(const arguments& args, const moecomp::io::npy_array& i
   return out;
 }
 
-int assign(const arguments& args) {
+int assign(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const std::string& path = args.positional()[0];
   const std::string method = args.value_or("--method", "jv");
@@ -79,7 +79,7 @@ int assign(const arguments& args) {
   if (r.status == status::infeasible)
     throw usage_error(path + ": no feasible assignment: every complete assignment uses a forbidden (" +
                       (args.flag("--maximize") ? "-inf" : "+inf") + ") pair");
-  if (const auto out = args.value("-o")) io::write_npy(*out, cols.const_view());
+  outputs.stage("-o", cols.const_view());
   json_summary summary;
   summary.add("command", std::string("assign"))
       .add("n", static_cast<long long>(cols.size()))
@@ -87,11 +87,12 @@ int assign(const arguments& args) {
       .add("method", method)
       .add("maximize", args.flag("--maximize"))
       .add("dtype", std::string(prec == precision::float32 ? "float32" : "float64"))
-      .add("cost", r.cost)
-      .add("status", std::string(to_string(r.status)));
+      .add("cost", r.cost);
   if (auction) summary.add("gap_bound", r.gap_bound).add("bids", r.bids).add("phases", r.phases);
-  report(args, summary.add("seconds", r.seconds));
-  return 0;
+  if (!std::isfinite(r.cost))
+    std::fprintf(stderr, "moecomp: warning: assign: the total cost of the assignment overflows float64 (%s); the "
+                 "assignment itself is exact\n", r.cost > 0 ? "+inf" : "-inf");
+  return conclude(args, outputs, summary.add("seconds", r.seconds), r.status, "assign", "");
 }
 
 }  // namespace

@@ -13,7 +13,8 @@ namespace moecomp_cli {
 namespace {
 
 template <class T>
-int run_barycenter_fixed(const arguments& args, const std::vector<moecomp::io::npy_array>& inputs) {
+int run_barycenter_fixed(const arguments& args, output_files& outputs,
+                         const std::vector<moecomp::io::npy_array>& inputs) {
   using namespace moecomp;
   const std::vector<std::string>& paths = args.positional();
   const host_matrix<T> histograms = load_float_matrix<T>(paths[0], inputs[0], /*require_finite=*/true);
@@ -49,8 +50,8 @@ int run_barycenter_fixed(const arguments& args, const std::vector<moecomp::io::n
       ot::fixed_support_barycenter(ctx, params, histograms.const_view(), cost.const_view(),
                                    vector_view<const T>(weights_t.data(), k), barycenter.view());
   const double seconds = timer.seconds();
-  if (const auto out = args.value("-o")) io::write_npy(*out, barycenter.const_view());
-  report(args, json_summary()
+  outputs.stage("-o", barycenter.const_view());
+  return conclude(args, outputs, json_summary()
                    .add("command", std::string("barycenter-fixed"))
                    .add("n", static_cast<long long>(n))
                    .add("k", static_cast<long long>(k))
@@ -59,18 +60,20 @@ int run_barycenter_fixed(const arguments& args, const std::vector<moecomp::io::n
                    .add("iterations", static_cast<long long>(result.iterations))
                    .add("residual", result.residual)
                    .add("converged", result.converged)
-                   .add("status", std::string(moecomp::to_string(result.status)))
-                   .add("seconds", seconds));
-  return 0;
+                   .add("seconds", seconds),
+                  result.status, "barycenter-fixed",
+                  result.status == moecomp::status::numerical_error
+                      ? "the kernel exp(-M / reg) under- or overflows at this --reg; --log-domain is stable for any reg"
+                      : "more --max-iter or a larger --tol");
 }
 
-int barycenter_fixed(const arguments& args) {
+int barycenter_fixed(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   std::vector<io::npy_array> inputs;
   for (const std::string& path : args.positional()) inputs.push_back(read_operand(path));
   return choose_precision(args, inputs[1].dtype(), args.positional()[1]) == precision::float32
-             ? run_barycenter_fixed<float>(args, inputs)
-             : run_barycenter_fixed<double>(args, inputs);
+             ? run_barycenter_fixed<float>(args, outputs, inputs)
+             : run_barycenter_fixed<double>(args, outputs, inputs);
 }
 
 }  // namespace

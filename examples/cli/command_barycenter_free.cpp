@@ -14,7 +14,7 @@ namespace moecomp_cli {
 namespace {
 
 template <class T>
-int run_barycenter(const arguments& args, moecomp::io::npy_array first) {
+int run_barycenter(const arguments& args, output_files& outputs, moecomp::io::npy_array first) {
   using namespace moecomp;
   const std::vector<std::string>& paths = args.positional();
   const auto k = static_cast<index_t>(paths.size());
@@ -66,9 +66,9 @@ int run_barycenter(const arguments& args, moecomp::io::npy_array first) {
       ctx, params, measures.const_view(), k, vector_view<const double>(weights.data(), k), init,
       barycenter.view(), permutations.view());
   const double seconds = timer.seconds();
-  if (const auto out = args.value("--perms")) io::write_npy(*out, permutations.const_view());
-  if (const auto out = args.value("-o")) io::write_npy(*out, barycenter.const_view());
-  report(args, json_summary()
+  outputs.stage("--perms", permutations.const_view());
+  outputs.stage("-o", barycenter.const_view());
+  return conclude(args, outputs, json_summary()
                    .add("command", std::string("barycenter-free"))
                    .add("k", static_cast<long long>(k))
                    .add("n", static_cast<long long>(n))
@@ -77,17 +77,16 @@ int run_barycenter(const arguments& args, moecomp::io::npy_array first) {
                    .add("objective", result.objective)
                    .add("iterations", static_cast<long long>(result.iterations))
                    .add("displacement", result.displacement)
-                   .add("status", std::string(moecomp::to_string(result.status)))
-                   .add("seconds", seconds));
-  return 0;
+                   .add("seconds", seconds),
+                  result.status, "barycenter-free", "more --max-iter or a larger --tol");
 }
 
-int barycenter_free(const arguments& args) {
+int barycenter_free(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   io::npy_array first = read_operand(args.positional()[0]);
   return choose_precision(args, first.dtype(), args.positional()[0]) == precision::float32
-             ? run_barycenter<float>(args, std::move(first))
-             : run_barycenter<double>(args, std::move(first));
+             ? run_barycenter<float>(args, outputs, std::move(first))
+             : run_barycenter<double>(args, outputs, std::move(first));
 }
 
 }  // namespace
@@ -104,7 +103,7 @@ extern const command barycenter_free_command{
       {"--init", true, "starting support n x d (default the first cloud)"},
       {"--max-iter", true, "most barycenter updates (default 100)"},
       {"--tol", true, "stop once the squared displacement ||B_new - B||_F^2 <= T (default 1e-7)"},
-      {"--perms", true, "write the k x n int64 permutations: row i of cloud j goes to row P[j, i]"}}},
+      {"--perms", true, "write the k x n int64 permutations: row i of cloud j goes to row P[j, i]", true}}},
     barycenter_free};
 
 }  // namespace moecomp_cli

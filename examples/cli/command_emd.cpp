@@ -36,7 +36,7 @@ moecomp::host_vector<T> load_histogram(const std::string& path, const moecomp::i
 }
 
 template <class T>
-int run_emd(const arguments& args, const std::vector<moecomp::io::npy_array>& inputs) {
+int run_emd(const arguments& args, output_files& outputs, const std::vector<moecomp::io::npy_array>& inputs) {
   using namespace moecomp;
   const std::vector<std::string>& paths = args.positional();
   const host_vector<T> a = load_histogram<T>(paths[0], inputs[0]);
@@ -97,7 +97,7 @@ int run_emd(const arguments& args, const std::vector<moecomp::io::npy_array>& in
     throw usage_error(paths[2] + ": no feasible plan: the +inf (forbidden) entries leave some mass of a with no "
                       "allowed column of b");
 
-  if (const auto out = args.value("-o")) {
+  {
     if (sparse) {
       host_matrix<double> list(result.nonzeros, 3);
       for (index_t k = 0; k < result.nonzeros; ++k) {
@@ -105,42 +105,36 @@ int run_emd(const arguments& args, const std::vector<moecomp::io::npy_array>& in
         list(k, 1) = static_cast<double>(cols[k]);
         list(k, 2) = mass[k];
       }
-      io::write_npy(*out, list.const_view());
+      outputs.stage("-o", list.const_view());
     } else {
-      io::write_npy(*out, plan.const_view());
+      outputs.stage("-o", plan.const_view());
     }
   }
-  if (duals) {
-    io::write_npy(*duals, u.const_view());
-    if (const auto vpath = args.value("--duals-v")) io::write_npy(*vpath, v.const_view());
-  }
-  if (result.status == moecomp::status::iteration_limit)
-    std::fprintf(stderr,
-                 "moecomp: warning: emd stopped at the pivot limit (--max-iter %lld): the plan is feasible but not "
-                 "proven optimal\n",
-                 max_iter);
-  report(args, json_summary()
+  outputs.stage("--duals", u.const_view());
+  outputs.stage("--duals-v", v.const_view());
+  return conclude(args, outputs, json_summary()
                    .add("command", std::string("emd"))
                    .add("n", static_cast<long long>(n))
                    .add("m", static_cast<long long>(m))
                    .add("dtype", std::string(std::is_same_v<T, float> ? "float32" : "float64"))
                    .add("cost", result.cost)
                    .add("iterations", static_cast<long long>(result.iterations))
-                   .add("status", std::string(moecomp::to_string(result.status)))
                    .add("nonzeros", static_cast<long long>(result.nonzeros))
-                   .add("seconds", seconds));
-  return 0;
+                   .add("seconds", seconds),
+                  result.status, "emd",
+                  "the pivot limit (--max-iter " + std::to_string(max_iter) +
+                      ") was reached: the plan is feasible but not proven optimal");
 }
 
-int emd(const arguments& args) {
+int emd(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   if (args.value("--duals-v") && !args.value("--duals"))
     throw usage_error("option --duals-v: needs --duals U.npy as well");
   std::vector<io::npy_array> inputs;
   for (const std::string& path : args.positional()) inputs.push_back(read_operand(path));
   return choose_precision(args, inputs[2].dtype(), args.positional()[2]) == precision::float32
-             ? run_emd<float>(args, inputs)
-             : run_emd<double>(args, inputs);
+             ? run_emd<float>(args, outputs, inputs)
+             : run_emd<double>(args, outputs, inputs);
 }
 
 }  // namespace
@@ -154,8 +148,8 @@ extern const command emd_command{
      {{"--max-iter", true, "N >= 0 simplex pivots at most (default 100000000); when reached the last basic plan is "
                            "written, status iteration_limit, exit 0 with a warning"},
       {"--sparse", false, "write the plan as k x 3 float64 rows (i, j, mass) of its positive entries"},
-      {"--duals", true, "also write the dual potential u (length n, float64, centred as POT) to this file"},
-      {"--duals-v", true, "with --duals: write the dual potential v (length m) to this file"}}},
+      {"--duals", true, "also write the dual potential u (length n, float64, centred as POT) to this file", true},
+      {"--duals-v", true, "with --duals: write the dual potential v (length m) to this file", true}}},
     emd};
 
 }  // namespace moecomp_cli

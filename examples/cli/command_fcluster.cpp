@@ -10,7 +10,7 @@
 namespace moecomp_cli {
 namespace {
 
-int fcluster(const arguments& args) {
+int fcluster(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const bool by_count = args.value("--maxclust").has_value(), by_height = args.value("--distance").has_value();
   if (by_count == by_height)
@@ -42,7 +42,7 @@ int fcluster(const arguments& args) {
                                     : cluster::fcluster_distance(ctx, z.view(), height, labels.view());
   const double seconds = timer.seconds();
 
-  if (const auto out = args.value("-o")) io::write_npy(*out, labels.const_view());
+  outputs.stage("-o", labels.const_view());
   json_summary summary;
   summary.add("command", std::string("fcluster"))
       .add("n", static_cast<long long>(labels.size()))
@@ -51,8 +51,8 @@ int fcluster(const arguments& args) {
     summary.add("maxclust", max_clusters);
   else
     summary.add("distance", height);
-  report(args, summary.add("clusters", static_cast<long long>(clusters)).add("seconds", seconds));
-  return 0;
+  return conclude(args, outputs, summary.add("clusters", static_cast<long long>(clusters)).add("seconds", seconds),
+                  moecomp::status::ok, "fcluster", "");
 }
 
 }  // namespace

@@ -11,8 +11,8 @@ namespace moecomp_cli {
 namespace {
 
 template <class T>
-int run_linkage(const arguments& args, const moecomp::io::npy_array& input, const std::string& path,
-                const moecomp::cluster::linkage_params& params) {
+int run_linkage(const arguments& args, output_files& outputs, const moecomp::io::npy_array& input,
+                const std::string& path, const moecomp::cluster::linkage_params& params) {
   using namespace moecomp;
   const bool condensed = args.flag("--condensed"), low_memory = args.flag("--low-memory");
   const host_context ctx = make_context(args);
@@ -26,6 +26,9 @@ int run_linkage(const arguments& args, const moecomp::io::npy_array& input, cons
     if (input.ndim() != 1)
       throw usage_error(path + ": --condensed expects a 1-D condensed distance vector, got shape " +
                         shape_text(input.shape()));
+    // The input, its T copy, and the working copy the linkage edits, all of the condensed length.
+    require_memory(static_cast<double>(input.size()) * (2.0 * sizeof(double) + sizeof(T)),
+                   "linkage: " + std::to_string(input.size()) + " condensed distances", "");
     const host_vector<T> distances = input.to_vector<T>();
     n = cluster::detail::points_from_condensed_length(distances.size());
     z = host_matrix<double>(n > 1 ? n - 1 : 0, 4);
@@ -37,6 +40,17 @@ int run_linkage(const arguments& args, const moecomp::io::npy_array& input, cons
     const host_matrix<T> x = load_float_matrix<T>(path, input, /*require_finite=*/true);
     n = x.rows();
     if (n < 1) throw usage_error(path + ": expected at least one point, got shape " + shape_text(input.shape()));
+    if (!low_memory) {
+      const double pairs = static_cast<double>(n) * static_cast<double>(n - 1) / 2.0;
+      const bool has_low_memory = params.method == cluster::linkage_method::single ||
+                                  cluster::requires_euclidean(params.method);
+      require_memory(pairs * sizeof(double) + static_cast<double>(x.size()) * sizeof(T) * 2,
+                     "linkage: the " + std::to_string(static_cast<long long>(pairs)) + " pairwise distances of " +
+                         std::to_string(n) + " points",
+                     has_low_memory ? "--low-memory needs only O(n d) memory for method " +
+                                          std::string(cluster::to_string(params.method))
+                                    : "--low-memory (O(n d) memory) supports single, ward, centroid and median");
+    }
     z = host_matrix<double>(n - 1, 4);
     const stopwatch timer;
     if (low_memory)
@@ -45,19 +59,19 @@ int run_linkage(const arguments& args, const moecomp::io::npy_array& input, cons
       cluster::linkage(ctx, params, x.view(), z.view());
     seconds = timer.seconds();
   }
-  if (const auto out = args.value("-o")) io::write_npy(*out, z.const_view());
-  report(args, json_summary()
+  outputs.stage("-o", z.const_view());
+  return conclude(args, outputs, json_summary()
                    .add("command", std::string("linkage"))
                    .add("n", static_cast<long long>(n))
                    .add("method", std::string(cluster::to_string(params.method)))
                    .add("metric", std::string(condensed ? "precomputed" : distance::to_string(params.metric)))
                    .add("low_memory", low_memory)
                    .add("dtype", std::string(std::is_same_v<T, float> ? "float32" : "float64"))
-                   .add("seconds", seconds));
-  return 0;
+                   .add("seconds", seconds),
+                  moecomp::status::ok, "linkage", "");
 }
 
-int linkage(const arguments& args) {
+int linkage(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const std::string& path = args.positional()[0];
   cluster::linkage_params params;
@@ -89,8 +103,8 @@ int linkage(const arguments& args) {
                       cluster::to_string(params.method));
   const io::npy_array input = read_operand(path);
   return choose_precision(args, input.dtype(), path) == precision::float32
-             ? run_linkage<float>(args, input, path, params)
-             : run_linkage<double>(args, input, path, params);
+             ? run_linkage<float>(args, outputs, input, path, params)
+             : run_linkage<double>(args, outputs, input, path, params);
 }
 
 }  // namespace

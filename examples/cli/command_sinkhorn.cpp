@@ -24,12 +24,14 @@ moecomp::host_vector<T> load_histogram(const std::string& path, const moecomp::i
 }
 
 template <class T>
-int run_sinkhorn(const arguments& args, const std::vector<moecomp::io::npy_array>& inputs) {
+int run_sinkhorn(const arguments& args, output_files& outputs, const std::vector<moecomp::io::npy_array>& inputs) {
   using namespace moecomp;
   const std::vector<std::string>& paths = args.positional();
   const host_vector<T> a = load_histogram<T>(paths[0], inputs[0]);
   const host_vector<T> b = load_histogram<T>(paths[1], inputs[1]);
-  const host_matrix<T> cost = load_float_matrix<T>(paths[2], inputs[2], /*require_finite=*/true);
+  // +inf marks a forbidden pair (as in POT); NaN, -inf and a row or column forbidden everywhere are refused
+  // by the library, named below.
+  const host_matrix<T> cost = load_float_matrix<T>(paths[2], inputs[2], /*require_finite=*/false);
   if (cost.rows() != a.size() || cost.cols() != b.size())
     throw usage_error(paths[2] + ": expected shape " + shape_text({a.size(), b.size()}) + " (len(a), len(b)), got " +
                       shape_text(inputs[2].shape()));
@@ -61,12 +63,17 @@ int run_sinkhorn(const arguments& args, const std::vector<moecomp::io::npy_array
 
   host_matrix<T> plan(a.size(), b.size());
   const stopwatch timer;
-  const ot::sinkhorn_result result = ot::sinkhorn(ctx, params, vector_view<const T>(a.data(), a.size()),
-                                                  vector_view<const T>(b.data(), b.size()), cost.const_view(),
-                                                  plan.view());
+  ot::sinkhorn_result result;
+  try {
+    result = ot::sinkhorn(ctx, params, vector_view<const T>(a.data(), a.size()),
+                          vector_view<const T>(b.data(), b.size()), cost.const_view(), plan.view());
+  } catch (const invalid_argument& e) {
+    throw usage_error(std::string(e.what()) + " (a = " + paths[0] + ", b = " + paths[1] + ", cost = " + paths[2] +
+                      ")");
+  }
   const double seconds = timer.seconds();
-  if (const auto out = args.value("-o")) io::write_npy(*out, plan.const_view());
-  report(args, json_summary()
+  outputs.stage("-o", plan.const_view());
+  return conclude(args, outputs, json_summary()
                    .add("command", std::string("sinkhorn"))
                    .add("n", static_cast<long long>(a.size()))
                    .add("m", static_cast<long long>(b.size()))
@@ -76,18 +83,21 @@ int run_sinkhorn(const arguments& args, const std::vector<moecomp::io::npy_array
                    .add("iterations", static_cast<long long>(result.iterations))
                    .add("converged", result.converged)
                    .add("marginal_error", result.marginal_error)
-                   .add("status", std::string(moecomp::to_string(result.status)))
-                   .add("seconds", seconds));
-  return 0;
+                   .add("seconds", seconds),
+                  result.status, "sinkhorn",
+                  result.status == moecomp::status::numerical_error
+                      ? "the kernel exp(-M / reg) under- or overflows at this --reg; --method log (or stabilized) "
+                        "is stable for any reg"
+                      : "more --max-iter or a larger --tol");
 }
 
-int sinkhorn(const arguments& args) {
+int sinkhorn(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   std::vector<io::npy_array> inputs;
   for (const std::string& path : args.positional()) inputs.push_back(read_operand(path));
   return choose_precision(args, inputs[2].dtype(), args.positional()[2]) == precision::float32
-             ? run_sinkhorn<float>(args, inputs)
-             : run_sinkhorn<double>(args, inputs);
+             ? run_sinkhorn<float>(args, outputs, inputs)
+             : run_sinkhorn<double>(args, outputs, inputs);
 }
 
 }  // namespace

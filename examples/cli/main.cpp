@@ -1,5 +1,6 @@
 // moecomp: the command-line tool over .npy files. See docs/cli.md and ../shared/CLI.md for the contract:
-// exit 0 on success, 2 on bad usage or input (one "moecomp: error:" line), 1 on an internal failure.
+// exit 0 on success, 2 on bad usage or input (one "moecomp: error:" line), 3 on a numerical failure, 1 on an
+// internal failure.
 #include "cli.hpp"
 
 #include <cstdio>
@@ -67,7 +68,7 @@ void print_help() {
                "usage: moecomp COMMAND [ARGS] [-o OUT] [--json] [--dtype float32|float64] [--threads N]\n"
                "       moecomp COMMAND --help\n       moecomp --version\n\ncommands:\n";
   for (const auto& c : commands()) std::printf("  %-16s %s\n", c.spec.name.c_str(), c.spec.summary.c_str());
-  std::cout << "\nexit status: 0 success, 2 bad usage or input, 1 internal failure\n";
+  std::cout << "\nexit status: 0 success, 2 bad usage or input, 3 numerical failure, 1 internal failure\n";
 }
 
 void print_command_help(const command_spec& spec) {
@@ -98,10 +99,11 @@ int fail(int status, const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace moecomp_cli;
+  install_signal_handlers();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     print_help();
-    return 2;
+    return fail(2, "no command given (see the list above, or moecomp --help)");
   }
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();
@@ -119,7 +121,8 @@ int main(int argc, char** argv) {
         print_command_help(c.spec);
         return 0;
       }
-      return c.run(parsed);
+      output_files outputs(c.spec, parsed);  // checked before any work; removed unless committed
+      return c.run(parsed, outputs);
     } catch (const usage_error& e) {
       return fail(2, e.what());
     } catch (const moecomp::invalid_argument& e) {

@@ -28,7 +28,8 @@ template <class T>
 void gemm_abt_kernel(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* out,
               index_t ldo) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm_abt: T must be float or double");
-  using map_out = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+  using map_out =
+      Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
   using map_in =
       Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
   if (r == 0 || c == 0) return;
