@@ -268,11 +268,16 @@ int usable_cpus() {
 
 }  // namespace
 
+namespace {
+int threads_used = 0;  // what make_context settled on, for the summary (one context per run)
+}  // namespace
+
 moecomp::host_context make_context(const arguments& args) {
   const long long threads = args.integer("--threads", 0);
   if (threads < 0) throw usage_error("option --threads: expected an integer >= 0, got " + std::to_string(threads));
   const int cpus = usable_cpus();
-  moecomp::host_context ctx(threads == 0 || threads > cpus ? cpus : static_cast<int>(threads));
+  threads_used = threads == 0 || threads > cpus ? cpus : static_cast<int>(threads);
+  moecomp::host_context ctx(threads_used);
   ctx.allocator.allocate = allocate_workspace;
   ctx.allocator.deallocate = deallocate_workspace;
   return ctx;
@@ -285,6 +290,8 @@ json_summary& json_summary::add(const std::string& key, double value) {
     std::snprintf(buffer, sizeof buffer, "%.17g", value);
   else
     std::snprintf(buffer, sizeof buffer, "%s", std::isnan(value) ? "\"nan\"" : value > 0 ? "\"inf\"" : "\"-inf\"");
+  if (!std::isfinite(value))
+    non_finite_.push_back(key + " is " + (std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf"));
   fields_.emplace_back(key, buffer);
   return *this;
 }
@@ -469,7 +476,10 @@ moecomp::io::temporary_file_hooks temporary_file_hooks() {
 
 void install_signal_handlers() {
 #if defined(__unix__) || defined(__APPLE__)
-  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
+  // Every signal whose default action ends the process and that can be caught: the termination requests,
+  // the limits (CPU time), and the crashes (a bug, but its temporaries should still go).
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+                            SIGPROF, SIGXCPU, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGTRAP}) {
     struct sigaction action {};
     action.sa_handler = remove_temporaries_and_reraise;
     sigemptyset(&action.sa_mask);
@@ -501,6 +511,12 @@ output_files::output_files(const command_spec& spec, const arguments& args) {
       throw usage_error("option " + o->name + ": '" + path + "' is " + moecomp::io::file_kind_text(status.type()) +
                         ", not a regular file; outputs are written only to regular files (leave the option out to "
                         "write nothing)");
+#if defined(__unix__) || defined(__APPLE__)
+    // A file its owner made read-only is not replaced behind their back (numpy.save could not open it).
+    if (fs::exists(status) && ::access(path.c_str(), W_OK) != 0)
+      throw usage_error("option " + o->name + ": '" + path + "' exists and is not writable (" +
+                        std::strerror(errno) + ")");
+#endif
     fs::path directory = fs::path(path).parent_path();
     if (directory.empty()) directory = ".";
     const fs::file_status directory_status = fs::status(directory, ec);
@@ -515,8 +531,13 @@ output_files::output_files(const command_spec& spec, const arguments& args) {
       throw usage_error("option " + o->name + ": cannot write '" + path + "': directory '" + directory.string() +
                         "' is not writable");
 #endif
+    // One file under two names: the same canonical path (links, "./", ".."), or for files that exist, the
+    // same device and inode (hard links).
     const std::string key = fs::weakly_canonical(fs::absolute(path, ec), ec).string();
-    auto same = std::find_if(by_file.begin(), by_file.end(), [&](const auto& entry) { return entry.first == key; });
+    auto same = std::find_if(by_file.begin(), by_file.end(), [&](const auto& entry) {
+      std::error_code equivalence_error;
+      return entry.first == key || fs::equivalent(entry.first, key, equivalence_error);
+    });
     if (same != by_file.end()) {
       same->second.push_back(o->name);
       throw usage_error("options " + option_list(same->second) + " name the same file '" + path +
@@ -533,6 +554,19 @@ std::optional<std::string> output_files::path(const std::string& option) const {
   return std::nullopt;
 }
 
+void output_files::require_space(const std::string& option, double bytes) const {
+  const auto target = path(option);
+  if (!target) return;
+  namespace fs = std::filesystem;
+  fs::path directory = fs::path(*target).parent_path();
+  if (directory.empty()) directory = ".";
+  std::error_code ec;
+  const fs::space_info space = fs::space(directory, ec);
+  if (ec || bytes <= static_cast<double>(space.available)) return;
+  throw usage_error("option " + option + ": '" + *target + "' needs about " + gigabytes(bytes) + " and its file " +
+                    "system has " + gigabytes(static_cast<double>(space.available)) + " free");
+}
+
 void output_files::commit() {
   for (auto& file : staged_)
     if (!file.committed()) file.commit();
@@ -544,6 +578,7 @@ void output_files::commit() {
 int conclude(const arguments& args, output_files& outputs, json_summary summary, moecomp::status outcome,
              const std::string& what, const std::string& hint) {
   summary.add("status", std::string(moecomp::to_string(outcome)));
+  if (threads_used > 0) summary.add("threads", static_cast<long long>(threads_used));
   const bool failed = outcome == moecomp::status::numerical_error || outcome == moecomp::status::unbounded ||
                       outcome == moecomp::status::infeasible;
   if (failed) {
@@ -553,6 +588,8 @@ int conclude(const arguments& args, output_files& outputs, json_summary summary,
     return exit_numerical_failure;
   }
   outputs.commit();
+  for (const std::string& value : summary.non_finite())
+    std::fprintf(stderr, "moecomp: warning: %s: %s (beyond the float64 range)\n", what.c_str(), value.c_str());
   if (outcome != moecomp::status::ok)
     std::fprintf(stderr, "moecomp: warning: %s: stopped before its stopping rule held (status %s)%s%s\n", what.c_str(),
                  moecomp::to_string(outcome), hint.empty() ? "" : "; ", hint.c_str());

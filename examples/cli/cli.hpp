@@ -85,9 +85,12 @@ class json_summary {
   json_summary& add(const std::string& key, bool value);
   json_summary& add(const std::string& key, const std::vector<long long>& values);
   std::string str() const;
+  /// "cost is inf", ... for every non-finite number added (conclude warns about each).
+  const std::vector<std::string>& non_finite() const { return non_finite_; }
 
  private:
   std::vector<std::pair<std::string, std::string>> fields_;
+  std::vector<std::string> non_finite_;
 };
 
 /// Wall time of the algorithm only.
@@ -109,7 +112,7 @@ void report(const arguments& args, const json_summary& summary);
 /// work: each names its own file (two options naming one file is an error), in a directory that exists,
 /// and is not a directory, device, FIFO or socket. stage() writes an output to a temporary file beside its
 /// target; commit() renames them all at the end. A run that fails before commit() leaves every target as it
-/// was. Temporaries are removed on every exit path, including SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE
+/// was. Temporaries are removed on every exit path, including every catchable terminating signal
 /// (install_signal_handlers) and a file-size limit (SIGXFSZ is ignored, so the write fails cleanly).
 class output_files {
  public:
@@ -120,6 +123,9 @@ class output_files {
   /// `dtype` if set (float32 <-> float64, streamed).
   template <class View>
   void stage(const std::string& option, View view, std::optional<moecomp::io::npy_dtype> dtype = std::nullopt);
+  /// Fails with a usage_error (exit 2) before any work when the file system of `option`'s target has less
+  /// than `bytes` free (nothing if the option was not given).
+  void require_space(const std::string& option, double bytes) const;
   /// Renames every staged file over its target.
   void commit();
 
@@ -131,8 +137,8 @@ class output_files {
 /// The hooks that let install_signal_handlers' handler remove the temporaries being written.
 moecomp::io::temporary_file_hooks temporary_file_hooks();
 
-/// Installs the tool's handlers: SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE remove every temporary file
-/// being written and then end the process as the signal would; SIGXFSZ is ignored.
+/// Installs the tool's handlers: every catchable signal whose default ends the process removes the temporary
+/// files being written and then ends the process as the signal would; SIGXFSZ is ignored.
 void install_signal_handlers();
 
 template <class View>

@@ -64,6 +64,7 @@ int run_emd(const arguments& args, output_files& outputs, const std::vector<moec
   const host_context ctx = make_context(args);
 
   const index_t n = a.size(), m = b.size();
+  if (!sparse) outputs.require_space("-o", static_cast<double>(n) * static_cast<double>(m) * sizeof(double) + 128);
   const vector_view<const T> av(a.data(), n), bv(b.data(), m);
   host_vector<double> u(duals ? n : 0), v(duals ? m : 0);
   host_matrix<double> plan;

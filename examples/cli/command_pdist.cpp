@@ -26,6 +26,7 @@ int run_pdist(const arguments& args, output_files& outputs, const moecomp::io::n
                  "pdist: the " + std::to_string(static_cast<long long>(pairs)) + " distances of " +
                      std::to_string(x.rows()) + " rows (" + (std::is_same_v<T, float> ? "float32" : "float64") + ")",
                  std::is_same_v<T, float> ? "use fewer rows" : "--dtype float32 halves it, or use fewer rows");
+  outputs.require_space("-o", pairs * sizeof(double) + 128);
   host_vector<T> condensed(distance::condensed_size(x.rows()));
   const stopwatch timer;
   distance::pairwise_distances_condensed(ctx, params, x.view(), condensed.view());

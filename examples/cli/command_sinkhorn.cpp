@@ -61,6 +61,7 @@ int run_sinkhorn(const arguments& args, output_files& outputs, const std::vector
   }
   const host_context ctx = make_context(args);
 
+  outputs.require_space("-o", static_cast<double>(a.size()) * static_cast<double>(b.size()) * sizeof(T) + 128);
   host_matrix<T> plan(a.size(), b.size());
   const stopwatch timer;
   ot::sinkhorn_result result;
