@@ -2,6 +2,7 @@
 // exact on integer costs, forbidden pairs, the bid limit, warm prices, and bad input.
 #include <doctest/doctest.h>
 #include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/random.hpp>
 #include <moecomp/ot/auction_assignment.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
 
@@ -12,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace moecomp;
@@ -215,6 +217,33 @@ TEST_CASE("auction_assignment: warm prices, determinism, small shapes") {
   CHECK(oc == std::vector<index_t>{0});
   const host_matrix<double> empty(0, 3);
   CHECK(auction(empty, {}, oc).status == status::ok);
+}
+
+TEST_CASE_TEMPLATE("auction_assignment: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // docs/linear_assignment.md: the bidding order is fixed (FIFO queue) and the host auction is sequential, so
+  // assignment, prices and result are bit-identical for every thread count. Real costs and integer costs
+  // (exact there), minimised and maximised.
+  const index_t n = 200, m = 260;
+  for (bool integer : {false, true}) {
+    for (bool maximize : {false, true}) {
+      CAPTURE(integer);
+      CAPTURE(maximize);
+      host_matrix<T> c(n, m);
+      random_generator rng(integer ? 71 : 72);
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < m; ++j)
+          c(i, j) = integer ? static_cast<T>(rng.uniform_index(10)) : rng.uniform<T>(T(-10), T(10));
+      ot::auction_params p;
+      p.maximize = maximize;
+      moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+        std::vector<index_t> cols(static_cast<std::size_t>(n), -5);
+        std::vector<double> price(static_cast<std::size_t>(m));
+        const ot::auction_result r = ot::auction_assignment(ctx, p, c.view(), make_vector_view(cols.data(), n),
+                                                            make_vector_view(price.data(), m));
+        return std::make_tuple(cols, price, r.cost, r.gap_bound, r.bids, r.phases, r.status);
+      });
+    }
+  }
 }
 
 TEST_CASE("auction_assignment: bad input is rejected with a message naming it") {

@@ -3,11 +3,14 @@
 // tests/peers/test_barycenter_fixed_pot.py.)
 #include "test_support.hpp"
 
+#include <moecomp/core/random.hpp>
 #include <moecomp/ot/fixed_support_barycenter.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace moecomp;
@@ -205,6 +208,55 @@ TEST_CASE("fixed_support_barycenter: equals POT's iteration written out, symmetr
           CHECK(std::memcmp(got.data(), again.data(), static_cast<std::size_t>(n) * sizeof(double)) == 0);
         }
       }
+}
+
+TEST_CASE_TEMPLATE("fixed_support_barycenter: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // docs/sinkhorn.md: every sum has a fixed order (fixed row blocks and panels, accumulators added in block
+  // order) whatever the thread count, so the barycenter and the result are bit-identical for any thread
+  // count. n = 300 gives more than 2^15 entries of K, where the passes go parallel. A symmetric M takes the
+  // fused one-pass iteration, a non-symmetric one the two-pass iteration; log_domain the log-sum-exp passes.
+  const index_t n = 300, k = 5;
+  random_generator rng(101);
+  std::vector<T> A(static_cast<std::size_t>(n * k)), w(static_cast<std::size_t>(k));
+  for (index_t h = 0; h < k; ++h) {
+    double total = 0;
+    std::vector<double> column(static_cast<std::size_t>(n));
+    for (auto& x : column) total += (x = rng.uniform(0.05, 1.0));
+    for (index_t i = 0; i < n; ++i) A[i * k + h] = static_cast<T>(column[i] / total);
+  }
+  const double w_all[] = {0.1, 0.3, 0.2, 0.25, 0.15};
+  for (index_t h = 0; h < k; ++h) w[h] = static_cast<T>(w_all[h]);
+  std::vector<double> xs(static_cast<std::size_t>(2 * n));
+  for (auto& x : xs) x = rng.uniform<double>();
+  // (symmetric M, log_domain): the log-domain passes do not depend on the symmetry of M.
+  for (const auto& config : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+    // (not structured bindings: C++17 lambdas cannot capture those)
+    const bool symmetric = config.first, log_domain = config.second;
+    CAPTURE(symmetric);
+    CAPTURE(log_domain);
+    std::vector<T> M(static_cast<std::size_t>(n * n));
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        const double dx = xs[2 * i] - xs[2 * j], dy = xs[2 * i + 1] - xs[2 * j + 1] + (symmetric ? 0.0 : 0.05);
+        M[i * n + j] = static_cast<T>((dx * dx + dy * dy) / 2);
+      }
+    ot::fixed_support_barycenter_params p;
+    p.reg = 2e-2;
+    p.log_domain = log_domain;
+    p.max_iterations = 200;  // (the non-symmetric problem stops here)
+    moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+      std::vector<T> bar(static_cast<std::size_t>(n), T(-1));
+      const auto r = ot::fixed_support_barycenter(ctx, p, make_matrix_view(A.data(), n, k),
+                                                  make_matrix_view(M.data(), n, n), make_vector_view(w.data(), k),
+                                                  make_vector_view(bar.data(), n));
+      CHECK(r.status != status::numerical_error);
+      std::vector<T> uniform(static_cast<std::size_t>(n), T(-1));  // the overload with weights 1 / k
+      if (!log_domain)
+        ot::fixed_support_barycenter(ctx, p, make_matrix_view(A.data(), n, k), make_matrix_view(M.data(), n, n),
+                                     make_vector_view(uniform.data(), n));
+      return std::make_tuple(bar, r.iterations, r.residual, r.converged, r.status, uniform);
+    });
+  }
 }
 
 TEST_CASE("fixed_support_barycenter: the iteration limit is reported") {

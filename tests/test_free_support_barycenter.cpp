@@ -17,6 +17,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -324,6 +325,69 @@ TEST_CASE("free_support_barycenter: bit-identical for any thread count, with and
   const auto uniform = ot::free_support_barycenter(host_context(2), {}, measures.view(), k, init.view(), b.view(), p.view());
   CHECK(uniform.objective == reference.result.objective);
   CHECK(p.storage() == reference.permutations.storage());
+}
+
+TEST_CASE_TEMPLATE("free_support_barycenter: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // docs/barycenter.md: each cloud's cost is built with the same fixed 256-row tiling whichever thread builds
+  // it, each assignment is sequential, and the update sums the clouds in order, so barycenter, permutations
+  // and result are bit-identical for any thread count. k = 5 clouds give whole clouds per thread at 2 and 3
+  // threads and GEMM tiles spread over the threads at 7; k = 2 gives tiles from 3 threads on. n > 256 makes
+  // several tiles per cloud, and n d k > 65536 a parallel update.
+  for (const auto& shape : {std::tuple<index_t, index_t, index_t>{5, 400, 40}, {2, 600, 64}}) {
+    // (not structured bindings: C++17 lambdas cannot capture those)
+    const index_t k = std::get<0>(shape), n = std::get<1>(shape), d = std::get<2>(shape);
+    CAPTURE(k);
+    const auto measures = random_points<T>(k * n, d, 201 + static_cast<std::uint64_t>(k));
+    const auto init = random_points<T>(n, d, 211 + static_cast<std::uint64_t>(k));
+    std::vector<double> w(static_cast<std::size_t>(k));
+    for (index_t j = 0; j < k; ++j) w[static_cast<std::size_t>(j)] = double(j + 1) / double(k * (k + 1) / 2);
+    moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+      host_matrix<T> b(n, d), uniform_b(n, d);
+      host_matrix<index_t> p(k, n), uniform_p(k, n);
+      const auto r = ot::free_support_barycenter(ctx, {}, measures.view(), k, vector_view<const double>(w.data(), k),
+                                                 init.view(), b.view(), p.view());
+      CHECK(r.status == moecomp::status::ok);
+      const auto u = ot::free_support_barycenter(ctx, {}, measures.view(), k, init.view(), uniform_b.view(),
+                                                 uniform_p.view());
+      return std::make_tuple(b.storage(), p.storage(), r.objective, r.iterations, r.displacement, r.status,
+                             uniform_b.storage(), uniform_p.storage(), u.objective, u.iterations);
+    });
+  }
+}
+
+TEST_CASE_TEMPLATE("free_support_barycenter_weighted: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // The general path solves its k exact OT problems in parallel (one per thread, handed out dynamically, each
+  // sequential) and sums the update over the measures in order: the same promise. Measures of different sizes
+  // and random masses; 4 measures, so 7 threads leave some idle.
+  const index_t k = 4, m = 200, d = 8;
+  std::vector<host_matrix<T>> points;
+  std::vector<std::vector<double>> masses;
+  moecomp::random_generator rng(221);
+  for (index_t j = 0; j < k; ++j) {
+    const index_t n_j = 150 + 40 * j;
+    points.push_back(random_points<T>(n_j, d, 230 + static_cast<std::uint64_t>(j)));
+    std::vector<double> a(static_cast<std::size_t>(n_j));
+    double total = 0;
+    for (auto& x : a) total += (x = rng.uniform(0.1, 1.0));
+    for (auto& x : a) x /= total;
+    masses.push_back(a);
+  }
+  std::vector<matrix_view<const T>> measures;
+  std::vector<vector_view<const double>> measure_masses;
+  for (index_t j = 0; j < k; ++j) {
+    measures.push_back(points[static_cast<std::size_t>(j)].view());
+    measure_masses.emplace_back(masses[static_cast<std::size_t>(j)].data(), points[static_cast<std::size_t>(j)].rows());
+  }
+  const auto init = random_points<T>(m, d, 240);
+  const std::vector<double> b_mass(static_cast<std::size_t>(m), 1.0 / m), w = {0.1, 0.2, 0.3, 0.4};
+  moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+    host_matrix<T> b(m, d);
+    const auto r = ot::free_support_barycenter_weighted<T>(ctx, {}, measures, measure_masses,
+                                                           vector_view<const double>(w.data(), k), init.view(),
+                                                           vector_view<const double>(b_mass.data(), m), b.view());
+    CHECK(r.status == moecomp::status::ok);
+    return std::make_tuple(b.storage(), r.objective, r.iterations, r.displacement, r.status);
+  });
 }
 
 TEST_CASE("free_support_barycenter: float follows double") {

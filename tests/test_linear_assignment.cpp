@@ -2,6 +2,7 @@
 // pairs, duals as an optimality certificate, warm start, the batched form, and bad input.
 #include <doctest/doctest.h>
 #include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/random.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
 
 #include "test_support.hpp"
@@ -410,14 +411,53 @@ TEST_CASE("linear_assignment_batched: equals one-by-one, for every thread count"
   CHECK(results[3].cost == 0.0);
 }
 
-TEST_CASE("linear_assignment: the same answer for every thread count") {
-  std::mt19937_64 g(4);
-  const host_matrix<double> c = integer_matrix<double>(g, 120, 150, 6);
-  const solved one = solve(c, false, 1);
-  for (int threads : {2, 4, 0}) {
-    const solved s = solve(c, false, threads);
-    CHECK(s.cols == one.cols);
-    CHECK(s.v == one.v);
+namespace {
+
+/// Costs from moecomp's seeded generator: uniform in [0, 1), or integers 0 .. levels - 1 (many ties) when
+/// levels > 0.
+template <class T>
+host_matrix<T> seeded_costs(index_t n, index_t m, std::uint64_t seed, std::uint64_t levels = 0) {
+  host_matrix<T> c(n, m);
+  random_generator rng(seed);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < m; ++j) c(i, j) = levels > 0 ? static_cast<T>(rng.uniform_index(levels)) : rng.uniform<T>();
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("linear_assignment: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // docs/linear_assignment.md: the same input gives bit-identical assignment, potentials and cost for every
+  // thread count (one problem is solved sequentially; the batched form runs whole problems in parallel, each
+  // on one thread). Real costs and integer costs full of ties, minimised and maximised.
+  for (std::uint64_t levels : {0, 6}) {
+    for (bool maximize : {false, true}) {
+      CAPTURE(levels);
+      CAPTURE(maximize);
+      ot::linear_assignment_params p;
+      p.maximize = maximize;
+      const host_matrix<T> c = seeded_costs<T>(300, 360, 40 + levels, levels);
+      moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+        std::vector<index_t> cols(300, -7);
+        std::vector<double> u(300), v(360);
+        const auto r = ot::linear_assignment(ctx, p, c.view(), make_vector_view(cols.data(), 300),
+                                             make_vector_view(u.data(), 300), make_vector_view(v.data(), 360));
+        return std::make_tuple(cols, u, v, r.cost, r.status);
+      });
+      // 40 problems of 30 x 40: more problems than threads, handed out dynamically.
+      const index_t batch = 40, n = 30, m = 40;
+      const host_matrix<T> costs = seeded_costs<T>(batch * n, m, 50 + levels, levels);
+      moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+        std::vector<index_t> cols(static_cast<std::size_t>(batch * n), -7);
+        std::vector<ot::linear_assignment_result> results(static_cast<std::size_t>(batch));
+        ot::linear_assignment_batched(ctx, p, costs.view(), batch, make_vector_view(cols.data(), batch * n),
+                                      make_vector_view(results.data(), batch));
+        std::vector<double> cost;
+        std::vector<status> outcome;
+        for (const auto& r : results) cost.push_back(r.cost), outcome.push_back(r.status);
+        return std::make_tuple(cols, cost, outcome);
+      });
+    }
   }
 }
 

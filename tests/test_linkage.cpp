@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using moecomp::host_context;
@@ -291,6 +292,57 @@ TEST_CASE("random data: brute-force reference, structure, all input forms, threa
     check_same(cluster::linkage(host_context(), with(m), x.view()), z, 1e-9);
     if (m == linkage_method::single || cluster::requires_euclidean(m))
       check_same(cluster::linkage_low_memory(host_context(), with(m), x.view()), z, 1e-9);
+  }
+}
+
+// docs/cluster.md: long merges, rescans and Prim rows are split into one contiguous range per thread and the
+// parts are combined in index order, so Z is bit-identical for any thread count. Ranges are split from 2048
+// elements (the NN chain's column scans) and 4096 (Prim's rows, the generic algorithm's scans), hence 2300
+// points for the NN chain (complete, average, weighted, ward) and 4200 for the others.
+TEST_CASE_TEMPLATE("linkage: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // From points, whose distances are computed in T in parallel tiles first.
+  const host_matrix<T> chain_points = random_points<T>(2300, 16, 61);
+  const host_matrix<T> prim_points = random_points<T>(4200, 8, 62);
+  for (linkage_method m : {linkage_method::single, linkage_method::complete, linkage_method::average,
+                           linkage_method::ward}) {
+    CAPTURE(cluster::to_string(m));
+    const host_matrix<T>& x = m == linkage_method::single ? prim_points : chain_points;
+    moecomp_test::check_same_at_thread_counts(
+        [&](const host_context& ctx) { return cluster::linkage(ctx, with(m), x.view()).storage(); });
+  }
+}
+
+TEST_CASE_TEMPLATE("linkage_low_memory: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // Without the distance matrix: a batch of distances runs in parallel once (points in it) x d exceeds 2^15.
+  const host_matrix<T> ward_points = random_points<T>(2300, 16, 61);
+  const host_matrix<T> prim_points = random_points<T>(4200, 8, 62);
+  for (linkage_method m : {linkage_method::single, linkage_method::ward}) {
+    CAPTURE(cluster::to_string(m));
+    const host_matrix<T>& x = m == linkage_method::single ? prim_points : ward_points;
+    moecomp_test::check_same_at_thread_counts(
+        [&](const host_context& ctx) { return cluster::linkage_low_memory(ctx, with(m), x.view()).storage(); });
+  }
+}
+
+TEST_CASE_TEMPLATE("linkage_condensed: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // From condensed distances in T, copied into the double working matrix in parallel blocks: all seven methods
+  // for double; float input differs only in that copy, so one method per algorithm (Prim, NN chain, generic).
+  auto condensed_in = [](const host_matrix<T>& x) {
+    host_vector<T> d(distance::condensed_size(x.rows()));
+    distance::pairwise_distances_condensed(host_context(), distance::pairwise_distance_params{}, x.view(), d.view());
+    return d;
+  };
+  const host_vector<T> chain = condensed_in(random_points<T>(2300, 16, 63));
+  const host_vector<T> large = condensed_in(random_points<T>(4200, 8, 64));
+  for (linkage_method m : all_methods) {
+    if (std::is_same_v<T, float> && m != linkage_method::single && m != linkage_method::average &&
+        m != linkage_method::centroid)
+      continue;
+    CAPTURE(cluster::to_string(m));
+    const bool nn_chain = m != linkage_method::single && cluster::is_monotone(m);
+    const host_vector<T>& d = nn_chain ? chain : large;
+    moecomp_test::check_same_at_thread_counts(
+        [&](const host_context& ctx) { return cluster::linkage_condensed(ctx, with(m), d.view()).storage(); });
   }
 }
 

@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using namespace moecomp;
@@ -365,6 +367,102 @@ TEST_CASE("sinkhorn: bit-identical for any thread count, and batched == one by o
       CHECK(r.iterations == results[k].iterations);
       CHECK(r.cost == results[k].cost);
     }
+  }
+}
+
+namespace {
+
+/// As random_problem, from moecomp's seeded generator, in T: random histograms (two masses zero) and squared
+/// distances between random 2-D points scaled to [0, 1], with a few forbidden pairs (+inf).
+template <class T>
+struct seeded_problem {
+  index_t n, m;
+  std::vector<T> a, b, cost;
+  seeded_problem(index_t rows, index_t cols, std::uint64_t seed)
+      : n(rows), m(cols), a(static_cast<std::size_t>(rows)), b(static_cast<std::size_t>(cols)),
+        cost(static_cast<std::size_t>(rows * cols)) {
+    random_generator rng(seed);
+    std::vector<double> da(a.size()), db(b.size());
+    std::vector<double> xs(static_cast<std::size_t>(2 * n)), ys(static_cast<std::size_t>(2 * m));
+    for (auto& x : da) x = rng.uniform(0.1, 1.1);
+    for (auto& x : db) x = rng.uniform(0.1, 1.1);
+    da[3] = db[5] = 0;
+    double sa = 0, sb = 0;
+    for (double x : da) sa += x;
+    for (double x : db) sb += x;
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(da[i] / sa);
+    for (std::size_t j = 0; j < b.size(); ++j) b[j] = static_cast<T>(db[j] / sb);
+    for (auto& x : xs) x = rng.uniform<double>();
+    for (auto& y : ys) y = rng.uniform<double>();
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < m; ++j) {
+        const double dx = xs[2 * i] - ys[2 * j], dy = xs[2 * i + 1] - ys[2 * j + 1];
+        cost[i * m + j] = static_cast<T>((dx * dx + dy * dy) / 2);
+      }
+    for (index_t k = 0; k < 5; ++k)
+      cost[rng.uniform_index(static_cast<std::uint64_t>(n * m))] = std::numeric_limits<T>::infinity();
+  }
+  vector_view<const T> av() const { return make_vector_view(a.data(), n); }
+  vector_view<const T> bv() const { return make_vector_view(b.data(), m); }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("sinkhorn: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // docs/sinkhorn.md: rows are cut into at most 32 fixed blocks whatever the thread count, each block has its
+  // own column accumulator, and the accumulators are added in block order, so plan, potentials and result
+  // are bit-identical for any thread count. Passes run in parallel from 2^15 entries, the plain method's float
+  // copy of K (double input) from 2^18, hence 600 x 480 for plain and 256 x 200 for the slower methods.
+  for (auto method : all_methods) {
+    INFO(ot::to_string(method));
+    const bool plain = method == ot::sinkhorn_method::plain;
+    const seeded_problem<T> p(plain ? 600 : 256, plain ? 480 : 200, 81);
+    ot::sinkhorn_params params;
+    params.reg = 0.02;
+    params.method = method;
+    params.inner_iterations = 20;  // epsilon_scaling
+    moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+      std::vector<T> plan(static_cast<std::size_t>(p.n * p.m), T(-1)), f(static_cast<std::size_t>(p.n)),
+          g(static_cast<std::size_t>(p.m));
+      const ot::sinkhorn_result r =
+          ot::sinkhorn(ctx, params, p.av(), p.bv(), make_matrix_view(p.cost.data(), p.n, p.m),
+                       make_matrix_view(plan.data(), p.n, p.m), make_vector_view(f.data(), p.n),
+                       make_vector_view(g.data(), p.m));
+      CHECK(r.converged);
+      return std::make_tuple(plan, f, g, r.cost, r.marginal_error, r.iterations, r.converged, r.status);
+    });
+  }
+}
+
+TEST_CASE_TEMPLATE("sinkhorn_batched: bit-identical at 1, 2, 3 and 7 threads", T, float, double) {
+  // Each problem is solved on one thread, handed out dynamically: 11 problems, more than 7 threads.
+  const index_t batch = 11, n = 70, m = 60;
+  std::vector<T> a, b, costs;
+  for (index_t k = 0; k < batch; ++k) {
+    const seeded_problem<T> p(n, m, 90 + static_cast<std::uint64_t>(k));
+    a.insert(a.end(), p.a.begin(), p.a.end());
+    b.insert(b.end(), p.b.begin(), p.b.end());
+    costs.insert(costs.end(), p.cost.begin(), p.cost.end());
+  }
+  for (auto method : all_methods) {
+    INFO(ot::to_string(method));
+    ot::sinkhorn_params params;
+    params.reg = 0.02;
+    params.method = method;
+    moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
+      std::vector<T> plans(costs.size(), T(-1));
+      std::vector<ot::sinkhorn_result> results(static_cast<std::size_t>(batch));
+      ot::sinkhorn_batched(ctx, params, make_matrix_view(a.data(), batch, n), make_matrix_view(b.data(), batch, m),
+                           make_matrix_view(costs.data(), batch * n, m), make_matrix_view(plans.data(), batch * n, m),
+                           make_vector_view(results.data(), batch));
+      std::vector<double> cost, error;
+      std::vector<index_t> iterations;
+      std::vector<status> outcome;
+      for (const auto& r : results)
+        cost.push_back(r.cost), error.push_back(r.marginal_error), iterations.push_back(r.iterations),
+            outcome.push_back(r.status);
+      return std::make_tuple(plans, cost, error, iterations, outcome);
+    });
   }
 }
 

@@ -1,9 +1,17 @@
 #pragma once
 // Helpers shared by the doctest suites.
 #include <doctest/doctest.h>
+#include <moecomp/core/context.hpp>
 #include <moecomp/core/error.hpp>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace moecomp_test {
 
@@ -18,6 +26,62 @@ std::string thrown_message(F&& f) {
   }
   FAIL_CHECK("expected moecomp::invalid_argument");
   return "";
+}
+
+namespace detail {
+
+template <class T>
+std::size_t differing_entries(const T& a, const T& b) {
+  static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "compare numbers, enums, or std::vectors of them");
+  return std::memcmp(&a, &b, sizeof(T)) == 0 ? 0 : 1;
+}
+
+template <class T>
+std::size_t differing_entries(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) count += differing_entries(a[i], b[i]);
+  return count;
+}
+
+template <class T>
+struct is_tuple : std::false_type {};
+template <class... Ts>
+struct is_tuple<std::tuple<Ts...>> : std::true_type {};
+
+template <class Tuple, std::size_t... I>
+void check_same_outputs(const Tuple& want, const Tuple& got, std::index_sequence<I...>) {
+  auto check_one = [](std::size_t output, const auto& w, const auto& g) {
+    const std::size_t differing = differing_entries(w, g);
+    CHECK_MESSAGE(differing == 0, "output " << output << " of the returned tuple: " << differing
+                                            << " entries differ from the 1-thread run");
+  };
+  (check_one(I, std::get<I>(want), std::get<I>(got)), ...);
+}
+
+}  // namespace detail
+
+/// Thread-count determinism (docs/core.md: results do not depend on host_context::num_threads unless a
+/// module's page says so). `run(ctx)` computes with the given context and returns its outputs: a number,
+/// an enum, a std::vector of them, or a std::tuple of such values. This runs it at host_context(1) and at
+/// each of thread_counts_to_compare (even, odd, and more threads than a small machine has cores), and
+/// CHECKs that every output has the 1-thread run's bytes exactly (no tolerance; NaN payloads and the sign
+/// of zero count), reporting how many entries differ. Inputs must be large enough for the parallel paths.
+inline constexpr int thread_counts_to_compare[] = {2, 3, 7};
+template <class F>
+void check_same_at_thread_counts(F&& run) {
+  const auto want = run(moecomp::host_context(1));
+  using outputs = std::decay_t<decltype(want)>;
+  for (int threads : thread_counts_to_compare) {
+    CAPTURE(threads);
+    const outputs got = run(moecomp::host_context(threads));
+    if constexpr (detail::is_tuple<outputs>::value) {
+      detail::check_same_outputs(want, got, std::make_index_sequence<std::tuple_size_v<outputs>>{});
+    } else {
+      const std::size_t differing = detail::differing_entries(want, got);
+      CHECK_MESSAGE(differing == 0, differing << " entries differ from the 1-thread run");
+    }
+  }
 }
 
 }  // namespace moecomp_test
