@@ -367,6 +367,25 @@ std::vector<double> load_weights(const std::string& path, moecomp::index_t k, co
   return std::vector<double>(w.storage().begin(), w.storage().end());
 }
 
+// ---------------------------------------------------------------------------------------------- commands
+
+namespace {
+std::vector<command>& command_table() {
+  static std::vector<command> table;  // built before main by the command_registration objects
+  return table;
+}
+}  // namespace
+
+command_registration::command_registration(const command& c) {
+  std::vector<command>& table = command_table();
+  const auto at = std::find_if(table.begin(), table.end(), [&](const command& other) {
+    return other.spec.name > c.spec.name;
+  });
+  table.insert(at, c);
+}
+
+const std::vector<command>& commands() { return command_table(); }
+
 // ---------------------------------------------------------------------------------------------- resources
 
 namespace {

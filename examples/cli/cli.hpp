@@ -170,11 +170,17 @@ std::string shape_text(const std::vector<moecomp::index_t>& shape);
 /// 1e-6); `items` names what they weigh ("clouds", "histograms") in the messages.
 std::vector<double> load_weights(const std::string& path, moecomp::index_t k, const std::string& items);
 
-/// The command table: each command_*.cpp defines one entry.
+/// One command of the tool. Adding a command is adding one file, command_NAME.cpp, that ends with
+///   const command_registration NAME_registration{command{{"name", "summary", "usage", ...}, run_function}};
+/// CMake compiles every command_*.cpp, and the registration puts the command in the table at start-up.
 struct command {
   command_spec spec;
   int (*run)(const arguments& args, output_files& outputs);
 };
+struct command_registration {
+  explicit command_registration(const command& c);
+};
+/// Every registered command, by name.
 const std::vector<command>& commands();
 
 }  // namespace moecomp_cli

@@ -95,7 +95,7 @@ int assign(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command assign_command{
+const command_registration assign_registration{command{
     {"assign",
      "linear assignment of the rows of an n x m cost (n <= m) to distinct columns (scipy linear_sum_assignment)",
      "assign C.npy [--maximize] [--method jv|auction] [--epsilon E] [-o COLS.npy] [--json]",
@@ -104,6 +104,6 @@ extern const command assign_command{
      {{"--maximize", false, "maximise the total instead of minimising it (-inf then marks forbidden pairs)"},
       {"--method", true, "jv (exact Jonker-Volgenant, default) | auction (epsilon-scaling, within gap_bound)"},
       {"--epsilon", true, "auction: final epsilon (default 0: automatic; exact on integer costs)"}}},
-    assign};
+    assign}};
 
 }  // namespace moecomp_cli

@@ -78,7 +78,7 @@ int barycenter_fixed(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command barycenter_fixed_command{
+const command_registration barycenter_fixed_registration{command{
     {"barycenter-fixed",
      "entropic barycenter of histograms on a fixed support (POT ot.bregman.barycenter)",
      "barycenter-fixed A.npy M.npy --reg R [--weights w.npy] [--log-domain] [--max-iter N] [--tol T] "
@@ -90,6 +90,6 @@ extern const command barycenter_fixed_command{
       {"--log-domain", false, "iterate on log scalings (POT method 'sinkhorn_log'), stable for small R"},
       {"--max-iter", true, "N >= 1 iterations at most (default 10000, POT numItermax)"},
       {"--tol", true, "stop when sum_i std_k of the plans' marginals < T (default 1e-4, POT stopThr)"}}},
-    barycenter_fixed};
+    barycenter_fixed}};
 
 }  // namespace moecomp_cli

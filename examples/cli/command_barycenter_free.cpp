@@ -91,7 +91,7 @@ int barycenter_free(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command barycenter_free_command{
+const command_registration barycenter_free_registration{command{
     {"barycenter-free",
      "free-support Wasserstein barycenter of k point clouds n x d, uniform masses (POT's "
      "free_support_barycenter, exact assignments): B n x d",
@@ -104,6 +104,6 @@ extern const command barycenter_free_command{
       {"--max-iter", true, "most barycenter updates (default 100)"},
       {"--tol", true, "stop once the squared displacement ||B_new - B||_F^2 <= T (default 1e-7)"},
       {"--perms", true, "write the k x n int64 permutations: row i of cloud j goes to row P[j, i]", true}}},
-    barycenter_free};
+    barycenter_free}};
 
 }  // namespace moecomp_cli

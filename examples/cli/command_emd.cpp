@@ -140,7 +140,7 @@ int emd(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command emd_command{
+const command_registration emd_registration{command{
     {"emd",
      "exact optimal transport plan (POT ot.emd / ot.emd2) by network simplex; plan n x m float64",
      "emd a.npy b.npy M.npy [--max-iter N] [--sparse] [--duals U.npy [--duals-v V.npy]] [-o PLAN.npy] [--json]",
@@ -151,6 +151,6 @@ extern const command emd_command{
       {"--sparse", false, "write the plan as k x 3 float64 rows (i, j, mass) of its positive entries"},
       {"--duals", true, "also write the dual potential u (length n, float64, centred as POT) to this file", true},
       {"--duals-v", true, "with --duals: write the dual potential v (length m) to this file", true}}},
-    emd};
+    emd}};
 
 }  // namespace moecomp_cli

@@ -57,7 +57,7 @@ int fcluster(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command fcluster_command{
+const command_registration fcluster_registration{command{
     {"fcluster",
      "flat clusters of a linkage matrix (scipy fcluster maxclust or distance), labels 0-based",
      "fcluster Z.npy (--maxclust K | --distance T) [-o LABELS.npy] [--json]",
@@ -65,6 +65,6 @@ extern const command fcluster_command{
      1,
      {{"--maxclust", true, "K >= 1: cut into exactly min(K, n) clusters (ties: lower Z row merged first)"},
       {"--distance", true, "T: join points whose merge height (max over the subtree) is <= T"}}},
-    fcluster};
+    fcluster}};
 
 }  // namespace moecomp_cli

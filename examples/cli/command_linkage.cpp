@@ -109,7 +109,7 @@ int linkage(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command linkage_command{
+const command_registration linkage_registration{command{
     {"linkage",
      "hierarchical clustering (scipy linkage): Z, (n - 1) x 4 float64",
      "linkage X.npy --method single|complete|average|weighted|ward|centroid|median [--metric M] [--condensed] "
@@ -120,6 +120,6 @@ extern const command linkage_command{
       {"--metric", true, "euclidean|sqeuclidean|cosine|correlation for points (default euclidean)"},
       {"--condensed", false, "X is a condensed distance vector (scipy pdist order), not points"},
       {"--low-memory", false, "O(n d) memory from points: single, ward, centroid, median"}}},
-    linkage};
+    linkage}};
 
 }  // namespace moecomp_cli

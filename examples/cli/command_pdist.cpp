@@ -70,13 +70,13 @@ int pdist(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command pdist_command{
+const command_registration pdist_registration{command{
     {"pdist",
      "pairwise distances between the rows of X (condensed, scipy pdist order)",
      "pdist X.npy [--metric euclidean|sqeuclidean|cosine|correlation] [-o D.npy] [--json]",
      1,
      1,
      {{"--metric", true, "euclidean|sqeuclidean|cosine|correlation (default euclidean)"}}},
-    pdist};
+    pdist}};
 
 }  // namespace moecomp_cli

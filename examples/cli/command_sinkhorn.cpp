@@ -103,7 +103,7 @@ int sinkhorn(const arguments& args, output_files& outputs) {
 
 }  // namespace
 
-extern const command sinkhorn_command{
+const command_registration sinkhorn_registration{command{
     {"sinkhorn",
      "entropic OT plan (POT ot.sinkhorn: sinkhorn_knopp, sinkhorn_log, sinkhorn_stabilized, epsilon scaling)",
      "sinkhorn a.npy b.npy M.npy --reg R [--method plain|log|stabilized|epsilon_scaling] [--tol T] [--max-iter N] "
@@ -115,6 +115,6 @@ extern const command sinkhorn_command{
       {"--tol", true, "stop when ||P^T 1 - b||_2 < T (default 1e-9, POT stopThr)"},
       {"--max-iter", true, "N >= 1 iterations at most (default 1000, POT numItermax)"},
       {"--check-every", true, "K >= 1: test the error every K iterations (default as POT: 20 for stabilized, else 10)"}}},
-    sinkhorn};
+    sinkhorn}};
 
 }  // namespace moecomp_cli

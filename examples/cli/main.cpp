@@ -1,4 +1,4 @@
-// moecomp: the command-line tool over .npy files. See docs/cli.md and ../shared/CLI.md for the contract:
+// moecomp: the command-line tool over .npy files. docs/cli.md is the contract:
 // exit 0 on success, 2 on bad usage or input (one "moecomp: error:" line), 3 on a numerical failure, 1 on an
 // internal failure.
 #include "cli.hpp"
@@ -8,57 +8,6 @@
 #include <new>
 
 namespace moecomp_cli {
-
-extern const command pdist_command;
-#if defined(MOECOMP_CLI_HAS_linkage)
-extern const command linkage_command;
-#endif
-#if defined(MOECOMP_CLI_HAS_fcluster)
-extern const command fcluster_command;
-#endif
-#if defined(MOECOMP_CLI_HAS_assign)
-extern const command assign_command;
-#endif
-#if defined(MOECOMP_CLI_HAS_emd)
-extern const command emd_command;
-#endif
-#if defined(MOECOMP_CLI_HAS_sinkhorn)
-extern const command sinkhorn_command;
-#endif
-#if defined(MOECOMP_CLI_HAS_barycenter_free)
-extern const command barycenter_free_command;
-#endif
-#if defined(MOECOMP_CLI_HAS_barycenter_fixed)
-extern const command barycenter_fixed_command;
-#endif
-
-const std::vector<command>& commands() {
-  static const std::vector<command> table = {
-      pdist_command,
-#if defined(MOECOMP_CLI_HAS_linkage)
-      linkage_command,
-#endif
-#if defined(MOECOMP_CLI_HAS_fcluster)
-      fcluster_command,
-#endif
-#if defined(MOECOMP_CLI_HAS_assign)
-      assign_command,
-#endif
-#if defined(MOECOMP_CLI_HAS_emd)
-      emd_command,
-#endif
-#if defined(MOECOMP_CLI_HAS_sinkhorn)
-      sinkhorn_command,
-#endif
-#if defined(MOECOMP_CLI_HAS_barycenter_free)
-      barycenter_free_command,
-#endif
-#if defined(MOECOMP_CLI_HAS_barycenter_fixed)
-      barycenter_fixed_command,
-#endif
-  };
-  return table;
-}
 
 namespace {
 
