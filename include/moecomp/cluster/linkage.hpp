@@ -10,7 +10,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
-#include <moecomp/distance/detail/pairwise_distance_host.hpp>
+#include <moecomp/distance/pairwise_distance.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
 #include <algorithm>
@@ -36,7 +36,7 @@ void linkage(const host_context& ctx, const linkage_params& params, matrix_view<
   double* out = d.data();
   distance::pairwise_distance_params dp;
   dp.metric = params.metric;
-  distance::detail::compute<T>(ctx, dp, x, nullptr, [&](index_t i, index_t j0, const T* values, index_t c_count) {
+  distance::for_each_pairwise_distance<T>(ctx, dp, x, [&](index_t i, index_t j0, const T* values, index_t c_count) {
     double* target = out + distance::condensed_index(n, i, j0);
     for (index_t c = 0; c < c_count; ++c) target[c] = static_cast<double>(values[c]);
   });

@@ -2,6 +2,7 @@
 // Parameters and helpers of the pairwise distances (<moecomp/distance/pairwise_distance.hpp>).
 #include <moecomp/core/views.hpp>
 
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -25,6 +26,18 @@ inline const char* to_string(metric m) noexcept {
     case metric::correlation: return "correlation";
   }
   return "unknown";
+}
+
+/// The metric's value from the squared Euclidean distance of the preprocessed rows (docs/distance.md,
+/// "Algorithm"): its square root, itself, or half of it for cosine and correlation (unit-norm rows).
+inline double distance_from_squared(metric m, double squared) noexcept {
+  switch (m) {
+    case metric::euclidean: return std::sqrt(squared);
+    case metric::sqeuclidean: return squared;
+    case metric::cosine:
+    case metric::correlation: return 0.5 * squared;
+  }
+  return squared;
 }
 
 /// Parses a scipy metric name; throws invalid_argument naming the accepted values otherwise.

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace distance {
@@ -60,6 +61,19 @@ void pairwise_distances_condensed(const host_context& ctx, const pairwise_distan
     const index_t stride = out.stride();
     for (index_t c = 0; c < count; ++c) first[c * stride] = values[c];
   });
+}
+
+/// The distances dist(x_i, x_j), i < j, handed to `sink(i, j0, values, count)` one row segment at a time
+/// (values[c] = dist(x_i, x_{j0 + c}) as T, j0 > i) instead of being stored: for consumers that keep them
+/// in a form of their own (cluster::linkage keeps them in double). Segments are disjoint and arrive from
+/// several threads at once; their values are those of pairwise_distances_condensed, bit for bit, whatever
+/// the thread count.
+template <class T, class U, class Sink, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+void for_each_pairwise_distance(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
+                                Sink&& sink) {
+  detail::check_element_type<T>();
+  const matrix_view<const T> xc = x;
+  detail::compute<T>(ctx, params, xc, nullptr, std::forward<Sink>(sink));
 }
 
 }  // namespace distance

@@ -11,7 +11,7 @@
 // Distance batches run in parallel (OpenMP, ctx.threads()) when large; each value is independent of the
 // thread count.
 #include <moecomp/cluster/detail/linkage_common.hpp>
-#include <moecomp/distance/detail/pairwise_distance_host.hpp>
+#include <moecomp/distance/distance_types.hpp>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace cluster {
@@ -103,7 +103,7 @@ class point_rows {
                                     scale_[static_cast<std::size_t>(i)], points_.row_ptr(j),
                                     offset_[static_cast<std::size_t>(j)], scale_[static_cast<std::size_t>(j)],
                                     points_.cols());
-    distance::detail::finish_row(metric_, &value, 1);
+    value = distance::distance_from_squared(metric_, value);
     return static_cast<double>(static_cast<T>(value));
   }
 

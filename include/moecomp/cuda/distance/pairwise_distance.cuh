@@ -38,7 +38,7 @@ namespace distance {
 template <class T>
 std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& params, index_t x_rows, index_t y_rows,
                                               index_t cols) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   MOECOMP_EXPECTS(x_rows >= 0 && y_rows >= 0 && cols >= 0,
                   "pairwise_distances_workspace_size: shapes must be non-negative, got x_rows ", x_rows, ", y_rows ",
                   y_rows, ", cols ", cols);
@@ -49,7 +49,7 @@ std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& pa
 /// rows x cols, element type T.
 template <class T>
 std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& params, index_t rows, index_t cols) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   MOECOMP_EXPECTS(rows >= 0 && cols >= 0, "pairwise_distances_workspace_size: shapes must be non-negative, got rows ",
                   rows, ", cols ", cols);
   return cuda_detail::make_plan<T>(cuda_detail::output_form::square, params.metric, rows, rows, cols).bytes;
@@ -60,7 +60,7 @@ std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& pa
 template <class T>
 std::size_t pairwise_distances_condensed_workspace_size(const pairwise_distance_params& params, index_t rows,
                                                         index_t cols) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   MOECOMP_EXPECTS(rows >= 0 && cols >= 0,
                   "pairwise_distances_condensed_workspace_size: shapes must be non-negative, got rows ", rows,
                   ", cols ", cols);
@@ -75,14 +75,14 @@ template <class T, class U, class V,
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<V, device_memory> y,
                         matrix_view<T, device_memory> out, vector_view<std::byte, device_memory> workspace) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   distance::detail::check_cross_shapes(x, y, out);
   const auto plan =
       cuda_detail::make_plan<T>(cuda_detail::output_form::cross, params.metric, x.rows(), y.rows(), x.cols());
   if (plan.empty) return;
   cuda_detail::check_blas_limits("pairwise_distances", x.rows(), y.rows(), x.cols(), plan.prepared_ld,
                                  out.row_stride());
-  cuda_detail::check_workspace("pairwise_distances", plan, workspace);
+  moecomp::detail::check_workspace("pairwise_distances", plan.bytes, workspace);
   cuda_detail::run<T>(ctx, params, plan, x, y, out.data(), out.row_stride(), workspace.data());
 }
 
@@ -93,7 +93,7 @@ template <class T, class U, class V,
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<V, device_memory> y,
                         matrix_view<T, device_memory> out) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   // Validate before allocating: the same checks and messages as the workspace overload.
   distance::detail::check_cross_shapes(x, y, out);
   const std::size_t bytes = pairwise_distances_workspace_size<T>(params, x.rows(), y.rows(), x.cols());
@@ -108,14 +108,14 @@ template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out,
                         vector_view<std::byte, device_memory> workspace) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   distance::detail::check_square_shape(x, out);
   const auto plan =
       cuda_detail::make_plan<T>(cuda_detail::output_form::square, params.metric, x.rows(), x.rows(), x.cols());
   if (plan.empty) return;
   cuda_detail::check_blas_limits("pairwise_distances", x.rows(), x.rows(), x.cols(), plan.prepared_ld,
                                  out.row_stride());
-  cuda_detail::check_workspace("pairwise_distances", plan, workspace);
+  moecomp::detail::check_workspace("pairwise_distances", plan.bytes, workspace);
   const matrix_view<const T, device_memory> xc = x;
   cuda_detail::run<T>(ctx, params, plan, xc, xc, out.data(), out.row_stride(), workspace.data());
 }
@@ -124,7 +124,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
 template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   distance::detail::check_square_shape(x, out);
   const std::size_t bytes = pairwise_distances_workspace_size<T>(params, x.rows(), x.cols());
   const cuda_detail::scoped_workspace workspace(ctx, bytes);
@@ -139,13 +139,13 @@ template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<
 void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distance_params& params,
                                   matrix_view<U, device_memory> x, vector_view<T, device_memory> out,
                                   vector_view<std::byte, device_memory> workspace) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   const index_t n = x.rows();
   distance::detail::check_condensed_size(x, out);
   const auto plan = cuda_detail::make_plan<T>(cuda_detail::output_form::condensed, params.metric, n, n, x.cols());
   if (plan.empty) return;
   cuda_detail::check_blas_limits("pairwise_distances_condensed", n, n, x.cols(), plan.prepared_ld, plan.gram_ld);
-  cuda_detail::check_workspace("pairwise_distances_condensed", plan, workspace);
+  moecomp::detail::check_workspace("pairwise_distances_condensed", plan.bytes, workspace);
   const matrix_view<const T, device_memory> xc = x;
   cuda_detail::run<T>(ctx, params, plan, xc, xc, out.data(), out.stride(), workspace.data());
 }
@@ -154,7 +154,7 @@ void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distan
 template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
 void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distance_params& params,
                                   matrix_view<U, device_memory> x, vector_view<T, device_memory> out) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   const index_t n = x.rows();
   distance::detail::check_condensed_size(x, out);
   const std::size_t bytes = pairwise_distances_condensed_workspace_size<T>(params, n, x.cols());

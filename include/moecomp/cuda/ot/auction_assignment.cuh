@@ -103,7 +103,7 @@ auction_result run_assignment(const cuda_context& ctx, const auction_params& par
 /// column_price need the same.
 template <class T>
 std::size_t auction_assignment_workspace_size(index_t n, index_t m) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   MOECOMP_EXPECTS(n >= 0 && m >= 0, "auction_assignment_workspace_size: shapes must be non-negative, got n ", n,
                   ", m ", m);
   if (n == 0) return 0;

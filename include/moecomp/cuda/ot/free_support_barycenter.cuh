@@ -25,7 +25,7 @@
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/device_buffer.cuh>
 #include <moecomp/cuda/core/error.cuh>
-#include <moecomp/cuda/distance/detail/pairwise_distance_device.cuh>
+#include <moecomp/cuda/core/detail/cublas.cuh>
 #include <moecomp/cuda/ot/detail/auction_device.cuh>
 #include <moecomp/cuda/ot/detail/free_support_barycenter_device.cuh>
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
@@ -146,7 +146,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));  // `identity` is pageable and about to go
   }
 
-  const distance::cuda_detail::cublas_session session(ctx);
+  const moecomp::detail::cublas_session session(ctx);
   free_support_barycenter_device_result result;
   moecomp::status assignment_status = moecomp::status::ok;
   double gap = 0.0;
@@ -158,7 +158,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
     for (index_t j = 0; j < k; ++j) {
       const T* cloud = measures.data() + j * n * measures.row_stride();
       if (d > 0) {
-        distance::cuda_detail::gram_gemm(session.handle(), n, n, d, cloud, measures_ld, b, d, cross, n);
+        moecomp::detail::gemm_abt(session.handle(), n, n, d, cloud, measures_ld, b, d, cross, n);
       } else {
         MOECOMP_CUDA_TRY(cudaMemsetAsync(cross, 0, static_cast<std::size_t>(n * n) * sizeof(T), ctx.stream));
       }
@@ -269,7 +269,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
 /// Workspace bytes for the device free_support_barycenter of k clouds of n points in d dimensions.
 template <class T>
 std::size_t free_support_barycenter_workspace_size(index_t k, index_t n, index_t d) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   MOECOMP_EXPECTS(k >= 0 && n >= 0 && d >= 0, "free_support_barycenter_workspace_size: shapes must be non-negative, got k ",
                   k, ", n ", n, ", d ", d);
   return cuda_detail::make_barycenter_plan<T>("free_support_barycenter", k, n, d).bytes;
@@ -288,7 +288,7 @@ free_support_barycenter_device_result free_support_barycenter(
     index_t k, vector_view<const double> weights, matrix_view<UI, device_memory> init,
     matrix_view<T, device_memory> barycenter, matrix_view<index_t, device_memory> permutations,
     vector_view<std::byte, device_memory> workspace, const auction_params& assignment = auction_params{}) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   constexpr const char* function = "free_support_barycenter";
   cuda_detail::check_barycenter_arguments(function, params, measures, k, init, barycenter, permutations);
   const std::vector<double> w = cuda_detail::checked_weights(function, weights, k);
@@ -308,7 +308,7 @@ free_support_barycenter_device_result free_support_barycenter(
     index_t k, vector_view<const double> weights, matrix_view<UI, device_memory> init,
     matrix_view<T, device_memory> barycenter, matrix_view<index_t, device_memory> permutations,
     const auction_params& assignment = auction_params{}) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   constexpr const char* function = "free_support_barycenter";
   cuda_detail::check_barycenter_arguments(function, params, measures, k, init, barycenter, permutations);
   (void)cuda_detail::checked_weights(function, weights, k);

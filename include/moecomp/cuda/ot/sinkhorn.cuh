@@ -78,7 +78,7 @@ sinkhorn_problem<T> batched_problem(matrix_view<const T, device_memory> a, matri
 /// nothing to compute).
 template <class T>
 std::size_t sinkhorn_batched_workspace_size(const sinkhorn_params& params, index_t batch, index_t n, index_t m) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   (void)params;
   MOECOMP_EXPECTS(batch >= 0 && n >= 0 && m >= 0, "sinkhorn_batched_workspace_size: shapes must be non-negative, got batch ",
                   batch, ", n ", n, ", m ", m);
@@ -98,7 +98,7 @@ void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, ma
                       matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results,
                       vector_view<std::byte, device_memory> workspace) {
   constexpr bool results_on_host = std::is_same_v<ResultSpace, host_memory>;
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   constexpr const char* function = "sinkhorn_batched";
   cuda_detail::check_sinkhorn_params(function, params);
   cuda_detail::check_batched_shapes(function, a, b, costs, plans, results.size());
@@ -121,7 +121,7 @@ template <class T, class UA, class UB, class UC, class ResultSpace,
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
                       matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
                       matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   cuda_detail::check_sinkhorn_params("sinkhorn_batched", params);
   cuda_detail::check_batched_shapes("sinkhorn_batched", a, b, costs, plans, results.size());
   const cuda_detail::scoped_workspace workspace(ctx,
@@ -139,7 +139,7 @@ template <class T, class UA, class UB, class UC,
 sinkhorn_result sinkhorn(const cuda_context& ctx, const sinkhorn_params& params, vector_view<UA, device_memory> a,
                          vector_view<UB, device_memory> b, matrix_view<UC, device_memory> cost,
                          matrix_view<T, device_memory> plan) {
-  cuda_detail::check_element_type<T>();
+  cuda_detail::check_device_element_type<T>();
   constexpr const char* function = "sinkhorn";
   cuda_detail::check_sinkhorn_params(function, params);
   const index_t n = a.size(), m = b.size();

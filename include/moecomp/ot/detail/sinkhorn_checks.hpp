@@ -99,10 +99,10 @@ bool row_is_finite(const T* x, index_t count) noexcept {
 /// Below this many entries the finite check runs on one thread.
 constexpr index_t finite_check_parallel_min_entries = index_t(1) << 18;
 
-/// Every entry of a host cost matrix is finite; the message names the first bad entry in row-major order
-/// (whatever the thread count: the rows are scanned in parallel, the lowest bad row is reported).
+/// The lowest row of a host matrix holding a non-finite entry, or rows() when there is none. Rows are scanned
+/// in parallel; the minimum does not depend on the thread count.
 template <class T, class Space>
-void check_finite_cost(const char* function, const char* name, matrix_view<T, Space> cost, int threads = 1) {
+index_t first_non_finite_row(matrix_view<T, Space> cost, int threads) {
   const index_t n = cost.rows(), m = cost.cols();
   index_t first_bad_row = n;
   (void)threads;
@@ -112,7 +112,16 @@ void check_finite_cost(const char* function, const char* name, matrix_view<T, Sp
 #endif
   for (index_t i = 0; i < n; ++i)
     if (!row_is_finite(cost.row_ptr(i), m)) first_bad_row = std::min(first_bad_row, i);
-  if (first_bad_row == n) return;
+  return first_bad_row;
+}
+
+/// Every entry of a host cost matrix is finite; the message names the first bad entry in row-major order
+/// (whatever the thread count: the rows are scanned in parallel, the lowest bad row is reported).
+template <class T, class Space>
+void check_finite_cost(const char* function, const char* name, matrix_view<T, Space> cost, int threads = 1) {
+  const index_t m = cost.cols();
+  const index_t first_bad_row = first_non_finite_row(cost, threads);
+  if (first_bad_row == cost.rows()) return;
   const T* row = cost.row_ptr(first_bad_row);
   for (index_t j = 0; j < m; ++j)
     MOECOMP_EXPECTS(std::isfinite(static_cast<double>(row[j])), function, ": ", name, " must be finite, got ",
@@ -126,14 +135,7 @@ void check_finite_cost(const char* function, const char* name, matrix_view<T, Sp
 template <class T>
 bool check_cost_with_forbidden_pairs(const char* function, const char* name, matrix_view<T> cost, int threads = 1) {
   const index_t n = cost.rows(), m = cost.cols();
-  index_t first_bad_row = n;
-  (void)threads;
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads) if (threads > 1 && n * m >= finite_check_parallel_min_entries) \
-    reduction(min : first_bad_row) schedule(static)
-#endif
-  for (index_t i = 0; i < n; ++i)
-    if (!row_is_finite(cost.row_ptr(i), m)) first_bad_row = std::min(first_bad_row, i);
+  const index_t first_bad_row = first_non_finite_row(cost, threads);
   if (first_bad_row == n) return false;
   for (index_t i = first_bad_row; i < n; ++i) {
     const T* row = cost.row_ptr(i);

@@ -19,6 +19,8 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/detail/block_reduce.cuh>
+#include <moecomp/cuda/core/detail/cublas.cuh>
+#include <moecomp/cuda/core/detail/workspace.cuh>
 #include <moecomp/cuda/core/error.cuh>
 #include <moecomp/cuda/core/kernel.cuh>
 #include <moecomp/distance/distance_types.hpp>
@@ -36,20 +38,19 @@ MOECOMP_NAMESPACE_BEGIN
 namespace distance {
 namespace cuda_detail {
 
+using moecomp::detail::aligned_base;
+using moecomp::detail::at;
 using moecomp::detail::ceil_div;
+using moecomp::detail::check_device_element_type;
+using moecomp::detail::cublas_session;
+using moecomp::detail::gemm_abt;
 using moecomp::detail::max_index;
 using moecomp::detail::min_index;
 using moecomp::detail::round_up;
-
-template <class T>
-constexpr void check_element_type() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "moecomp::distance: the element type must be float or double");
-}
+using moecomp::detail::scoped_workspace;
+using moecomp::detail::workspace_layout;
 
 enum class output_form { cross, square, condensed };
-
-inline constexpr std::size_t workspace_alignment = 256;
 
 /// Row-panel height for x against itself. About n / 8 (so the triangular panel scheme does ~56% of the
 /// full GEMM's flops), at least 512 rows so each GEMM stays large, a multiple of 128. For the condensed
@@ -83,26 +84,6 @@ struct workspace_plan {
   std::size_t bytes = 0;
 };
 
-class workspace_layout {
- public:
-  /// Reserves count * element_size bytes, returns their offset; fails on size_t overflow.
-  std::size_t take(index_t count, std::size_t element_size) {
-    const std::size_t max = std::numeric_limits<std::size_t>::max() / 2;
-    MOECOMP_EXPECTS(count >= 0 && static_cast<std::size_t>(count) <= max / element_size,
-                    "pairwise_distances: the workspace size overflows std::size_t (", count, " elements of ",
-                    element_size, " bytes)");
-    const std::size_t offset = cursor_;
-    const std::size_t bytes = static_cast<std::size_t>(count) * element_size;
-    MOECOMP_EXPECTS(bytes <= max - offset, "pairwise_distances: the workspace size overflows std::size_t");
-    cursor_ = (offset + bytes + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
-    return offset;
-  }
-  std::size_t total() const noexcept { return cursor_ == 0 ? 0 : cursor_ + workspace_alignment; }
-
- private:
-  std::size_t cursor_ = 0;
-};
-
 template <class T>
 workspace_plan make_plan(output_form form, metric m_metric, index_t n, index_t m, index_t d) {
   workspace_plan plan;
@@ -120,7 +101,7 @@ workspace_plan make_plan(output_form form, metric m_metric, index_t n, index_t m
 
   constexpr index_t elements_per_16_bytes = static_cast<index_t>(16 / sizeof(T));
   plan.prepared_ld = d == 0 ? 1 : round_up(d, elements_per_16_bytes);
-  workspace_layout layout;
+  workspace_layout layout("pairwise_distances");
   if (plan.euclidean_family && d > 0) {
     const index_t total_rows = n + (form == output_form::cross ? m : 0);
     plan.mean_chunks = min_index(64, max_index(1, ceil_div(total_rows, 256)));
@@ -383,79 +364,6 @@ MOECOMP_KERNEL void __launch_bounds__(tile_dim * tile_rows) distance_epilogue_ke
 
 // ------------------------------------------------------------------------------------------ host side
 
-/// The cuBLAS handle of one call: the caller's, or a temporary one. A caller's handle is left as it was
-/// found: its stream and pointer mode are changed only if they differ from what the call needs, and
-/// restored by the destructor (also when a later step throws).
-class cublas_session {
- public:
-  explicit cublas_session(const cuda_context& ctx) {
-    if (ctx.cublas_handle != nullptr) {
-      handle_ = ctx.cublas_handle;
-    } else {
-      MOECOMP_CUBLAS_TRY(cublasCreate(&owned_.handle));
-      handle_ = owned_.handle;
-    }
-    restore_.handle = handle_;
-    cudaStream_t current_stream = nullptr;
-    MOECOMP_CUBLAS_TRY(cublasGetStream(handle_, &current_stream));
-    if (current_stream != ctx.stream) {
-      MOECOMP_CUBLAS_TRY(cublasSetStream(handle_, ctx.stream));
-      restore_.stream = current_stream;
-      restore_.restore_stream = true;
-    }
-    cublasPointerMode_t current_mode = CUBLAS_POINTER_MODE_HOST;
-    MOECOMP_CUBLAS_TRY(cublasGetPointerMode(handle_, &current_mode));
-    if (current_mode != CUBLAS_POINTER_MODE_HOST) {
-      MOECOMP_CUBLAS_TRY(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
-      restore_.pointer_mode = current_mode;
-      restore_.restore_pointer_mode = true;
-    }
-  }
-  cublas_session(const cublas_session&) = delete;
-  cublas_session& operator=(const cublas_session&) = delete;
-
-  cublasHandle_t handle() const noexcept { return handle_; }
-
- private:
-  struct owned_handle {
-    cublasHandle_t handle = nullptr;
-    ~owned_handle() {
-      if (handle != nullptr) (void)cublasDestroy(handle);  // synchronises the device (documented)
-    }
-  };
-  struct state_restorer {
-    cublasHandle_t handle = nullptr;
-    bool restore_stream = false, restore_pointer_mode = false;
-    cudaStream_t stream = nullptr;
-    cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
-    ~state_restorer() {
-      if (restore_pointer_mode) (void)cublasSetPointerMode(handle, pointer_mode);
-      if (restore_stream) (void)cublasSetStream(handle, stream);
-    }
-  };
-  owned_handle owned_;     // declared first: destroyed after the state is restored
-  state_restorer restore_;
-  cublasHandle_t handle_ = nullptr;
-};
-
-/// Row-major G (p x w, row stride ldg) = A (p x d, row stride lda) times B^T (B: w x d, row stride ldb).
-/// cuBLAS is column-major: a row-major matrix is its transpose there, so this is the column-major
-/// G^T (w x p) = B (as op T of the stored d x w) times A (the stored d x p).
-inline void gram_gemm(cublasHandle_t handle, index_t p, index_t w, index_t d, const float* a, index_t lda,
-                      const float* b, index_t ldb, float* g, index_t ldg) {
-  const float one = 1.0f, zero = 0.0f;
-  MOECOMP_CUBLAS_TRY(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w), static_cast<int>(p),
-                                 static_cast<int>(d), &one, b, static_cast<int>(ldb), a, static_cast<int>(lda), &zero,
-                                 g, static_cast<int>(ldg)));
-}
-inline void gram_gemm(cublasHandle_t handle, index_t p, index_t w, index_t d, const double* a, index_t lda,
-                      const double* b, index_t ldb, double* g, index_t ldg) {
-  const double one = 1.0, zero = 0.0;
-  MOECOMP_CUBLAS_TRY(cublasDgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w), static_cast<int>(p),
-                                 static_cast<int>(d), &one, b, static_cast<int>(ldb), a, static_cast<int>(lda), &zero,
-                                 g, static_cast<int>(ldg)));
-}
-
 /// Pointers into the caller's or an allocated workspace, following a plan.
 template <class T>
 struct prepared_side {
@@ -464,11 +372,6 @@ struct prepared_side {
   double* offset = nullptr;
   double* scale = nullptr;
 };
-
-template <class P>
-P* at(std::byte* base, std::size_t offset) {
-  return reinterpret_cast<P*>(base + offset);
-}
 
 template <class T>
 void launch_prepare(const cuda_context& ctx, metric m, matrix_view<const T, device_memory> x, const double* shift,
@@ -504,9 +407,7 @@ void run(const cuda_context& ctx, const pairwise_distance_params& params, const 
   const metric m = params.metric;
   const double threshold = effective_cancellation_threshold<T>(params);
 
-  // The aligned base (the plan keeps workspace_alignment bytes of slack for this).
-  const auto address = reinterpret_cast<std::uintptr_t>(workspace);
-  std::byte* base = workspace + ((workspace_alignment - address % workspace_alignment) % workspace_alignment);
+  std::byte* base = aligned_base(workspace);  // the plan keeps the alignment slack for this
 
   // 1. column mean (euclidean family)
   const double* shift = nullptr;
@@ -560,7 +461,7 @@ void run(const cuda_context& ctx, const pairwise_distance_params& params, const 
   if (cross) {
     if (d > 0) {
       const cublas_session session(ctx);
-      gram_gemm(session.handle(), plan.n, plan.m, d, a.values, plan.prepared_ld, b.values, plan.prepared_ld, out,
+      gemm_abt(session.handle(), plan.n, plan.m, d, a.values, plan.prepared_ld, b.values, plan.prepared_ld, out,
                 out_ld);
     }
     args.gram = out;
@@ -581,7 +482,7 @@ void run(const cuda_context& ctx, const pairwise_distance_params& params, const 
       const index_t gram_ld = square ? out_ld : plan.gram_ld;
       if (d > 0) {
         const T* panel = a.values + r0 * plan.prepared_ld;
-        gram_gemm(h, rows, cols, d, panel, plan.prepared_ld, panel, plan.prepared_ld, gram, gram_ld);
+        gemm_abt(h, rows, cols, d, panel, plan.prepared_ld, panel, plan.prepared_ld, gram, gram_ld);
       }
       args.gram = gram;
       args.gram_ld = gram_ld;
@@ -602,32 +503,6 @@ void run(const cuda_context& ctx, const pairwise_distance_params& params, const 
   } else {
     each_panel(nullptr);
   }
-}
-
-/// Workspace from the context's allocator for one call, returned (stream-ordered) at scope exit.
-class scoped_workspace {
- public:
-  scoped_workspace(const cuda_context& ctx, std::size_t bytes) : ctx_(ctx), bytes_(bytes) {
-    data_ = static_cast<std::byte*>(ctx_.allocate(bytes));
-  }
-  ~scoped_workspace() { ctx_.deallocate(data_, bytes_); }
-  scoped_workspace(const scoped_workspace&) = delete;
-  scoped_workspace& operator=(const scoped_workspace&) = delete;
-  std::byte* data() const noexcept { return data_; }
-
- private:
-  cuda_context ctx_;
-  std::size_t bytes_;
-  std::byte* data_ = nullptr;
-};
-
-/// Checks a caller's workspace against the plan.
-inline void check_workspace(const char* function, const workspace_plan& plan,
-                            vector_view<std::byte, device_memory> workspace) {
-  MOECOMP_EXPECTS(workspace.is_contiguous(), function, ": workspace must be contiguous (stride 1), got stride ",
-                  workspace.stride());
-  MOECOMP_EXPECTS(static_cast<std::size_t>(workspace.size()) >= plan.bytes, function, ": workspace must have at least ",
-                  plan.bytes, " bytes (see ", function, "_workspace_size), got ", workspace.size());
 }
 
 }  // namespace cuda_detail

@@ -11,7 +11,7 @@
 #include <moecomp/cuda/core/detail/block_reduce.cuh>
 #include <moecomp/cuda/core/error.cuh>
 #include <moecomp/cuda/core/kernel.cuh>
-#include <moecomp/cuda/distance/detail/pairwise_distance_device.cuh>
+#include <moecomp/cuda/core/detail/cublas.cuh>
 #include <moecomp/cuda/ot/detail/auction_device.cuh>
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
 #include <moecomp/ot/free_support_barycenter_types.hpp>

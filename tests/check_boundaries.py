@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The public/detail boundary of include/moecomp (docs/index.md, "How a module is laid out"): a module's
+detail/ headers are its own. They may be included by that module's headers, host (moecomp/<m>/...) or device
+(moecomp/cuda/<m>/...), and by nothing else; what several modules share lives in moecomp/core/detail/ or
+moecomp/cuda/core/detail/, which any moecomp header may include. Prints every violation and exits 1 if there
+is one.
+
+Usage: check_boundaries.py INCLUDE_DIR"""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](moecomp/[^>"]+)[>"]', re.MULTILINE)
+
+
+def module_of(path):
+    """core, distance, cluster, ot, io, interop, ... for moecomp/<m>/... and moecomp/cuda/<m>/...; None for the
+    top-level headers (moecomp/moecomp.hpp)."""
+    parts = path.split("/")[1:]
+    if parts and parts[0] == "cuda":
+        parts = parts[1:]
+    return parts[0] if len(parts) > 1 else None
+
+
+def main():
+    root = sys.argv[1]
+    violations, headers = [], 0
+    for folder, _, files in os.walk(os.path.join(root, "moecomp")):
+        for name in sorted(files):
+            if not name.endswith((".hpp", ".cuh", ".h")):
+                continue
+            full = os.path.join(folder, name)
+            here = os.path.relpath(full, root).replace(os.sep, "/")
+            headers += 1
+            with open(full, encoding="utf-8") as f:
+                text = f.read()
+            for target in INCLUDE.findall(text):
+                if "/detail/" not in target:
+                    continue
+                owner = module_of(target)
+                if owner == "core" or owner == module_of(here):
+                    continue
+                violations.append(f"{here} includes {target}: a detail header of module '{owner}' "
+                                  f"(move what is shared to core/detail, or use the module's public header)")
+    for v in violations:
+        print("FAIL", v)
+    print(f"check_boundaries: {headers} headers, {len(violations)} violations")
+    sys.exit(1 if violations else 0)
+
+
+if __name__ == "__main__":
+    main()
