@@ -96,7 +96,7 @@ auction_result solve_auction(const host_context& ctx, const auction_params& para
 /// it: row_to_column then holds the last complete phase's assignment with its own gap_bound, or all -1 (cost
 /// NaN, gap_bound +inf) when no phase completed; infeasible (all -1, cost +inf / -inf). Gauss-Seidel bidding
 /// in a FIFO order: deterministic. Workspace O(m); the cost is never copied.
-template <class U, std::enable_if_t<detail::is_assignment_element_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
 auction_result auction_assignment(const host_context& ctx, const auction_params& params, matrix_view<U> cost,
                                   vector_view<index_t> row_to_column) {
   using T = std::remove_const_t<U>;
@@ -107,7 +107,7 @@ auction_result auction_assignment(const host_context& ctx, const auction_params&
 /// C(i, j) + p_j (maximising C(i, j) - p_j when params.maximize); they relate to linear_assignment's column
 /// potentials by v = -p (v = p when maximising), up to epsilon. With params.warm_start the prices are read
 /// first as the starting point (e.g. the previous solve's output on a nearby problem).
-template <class U, std::enable_if_t<detail::is_assignment_element_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
 auction_result auction_assignment(const host_context& ctx, const auction_params& params, matrix_view<U> cost,
                                   vector_view<index_t> row_to_column, vector_view<double> column_price) {
   using T = std::remove_const_t<U>;

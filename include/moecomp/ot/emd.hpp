@@ -3,6 +3,7 @@
 // and column sums b that minimises sum_ij cost(i, j) P(i, j), by a primal network simplex in double on the
 // complete bipartite graph. Host only. Documentation: docs/emd.md.
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/ot/detail/network_simplex.hpp>
@@ -18,12 +19,11 @@ MOECOMP_NAMESPACE_BEGIN
 namespace ot {
 namespace detail {
 
-template <class T>
-inline constexpr bool is_emd_element_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+using moecomp::detail::is_real_v;
 
 /// a, b and cost: views of one element type (float or double), each const or mutable.
 template <class A, class B, class C>
-inline constexpr bool emd_inputs_v = is_emd_element_v<std::remove_const_t<A>> &&
+inline constexpr bool emd_inputs_v = is_real_v<std::remove_const_t<A>> &&
                                      std::is_same_v<std::remove_const_t<A>, std::remove_const_t<B>> &&
                                      std::is_same_v<std::remove_const_t<A>, std::remove_const_t<C>>;
 

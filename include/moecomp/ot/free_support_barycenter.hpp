@@ -14,6 +14,7 @@
 //  * free_support_barycenter_weighted: measures of any sizes and masses, barycenter of m points with given
 //    masses b; exact OT by the network simplex (<moecomp/ot/emd.hpp>).
 #include <moecomp/ot/detail/free_support_uniform.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/ot/detail/free_support_weighted.hpp>
 #include <moecomp/ot/free_support_barycenter_types.hpp>
 
@@ -28,11 +29,7 @@ namespace ot {
 namespace detail {
 /// Keeps an argument out of template deduction, so a mutable view converts to the const view declared.
 template <class X>
-struct free_support_identity {
-  using type = X;
-};
-template <class X>
-using free_support_nondeduced = typename free_support_identity<X>::type;
+using free_support_nondeduced = moecomp::detail::type_identity_t<X>;
 
 inline void check_free_support_params(const char* function, const free_support_barycenter_params& params) {
   MOECOMP_EXPECTS(params.max_iterations >= 1, function, ": params.max_iterations must be >= 1, got ",
@@ -61,7 +58,7 @@ free_support_barycenter_result free_support_barycenter(
     detail::free_support_nondeduced<matrix_view<const T>> measures, index_t k, vector_view<const double> weights,
     detail::free_support_nondeduced<matrix_view<const T>> init, matrix_view<T> barycenter,
     matrix_view<index_t> permutations) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+  static_assert(moecomp::detail::is_real_v<T>,
                 "free_support_barycenter: the barycenter must be a mutable float or double view");
   constexpr const char* fn = "free_support_barycenter";
   detail::check_free_support_params(fn, params);
@@ -114,7 +111,7 @@ free_support_barycenter_result free_support_barycenter_weighted(
     const std::vector<matrix_view<const T>>& measures, const std::vector<vector_view<const double>>& measure_masses,
     vector_view<const double> weights, detail::free_support_nondeduced<matrix_view<const T>> init,
     vector_view<const double> barycenter_masses, detail::free_support_nondeduced<matrix_view<T>> barycenter) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+  static_assert(moecomp::detail::is_real_v<T>,
                 "free_support_barycenter_weighted: T must be float or double");
   constexpr const char* fn = "free_support_barycenter_weighted";
   detail::check_free_support_params(fn, params);

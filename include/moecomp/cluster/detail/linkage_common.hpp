@@ -4,6 +4,7 @@
 // that turns a list of merges into scipy's linkage matrix.
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
@@ -24,8 +25,7 @@ using moecomp::detail::host_workspace;
 
 inline constexpr double infinity = std::numeric_limits<double>::infinity();
 
-template <class T>
-inline constexpr bool is_linkage_element_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+using moecomp::detail::is_real_v;
 
 /// One merge as an algorithm records it. Before relabelling, x and y are *slots*: slot i always holds the
 /// cluster that contains original point i, so a union-find over points recovers the cluster ids.

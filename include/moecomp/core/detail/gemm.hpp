@@ -7,6 +7,7 @@
 // thread-safe and run single-threaded inside a parallel region, as OpenBLAS's OpenMP build does (Debian's
 // serial OpenBLAS is not thread-safe). moecomp never defines the macro for its consumers.
 #include <moecomp/core/config.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/detail/eigen.hpp>
 #include <moecomp/core/views.hpp>
 
@@ -27,7 +28,7 @@ namespace detail {
 template <class T>
 void gemm_abt_kernel(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t r, index_t c, index_t d, T* out,
               index_t ldo) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gemm_abt: T must be float or double");
+  static_assert(moecomp::detail::is_real_v<T>, "gemm_abt: T must be float or double");
   using map_out =
       Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
   using map_in =

@@ -19,6 +19,7 @@
 //
 // Workspace: about 40 m bytes plus 20 KiB (`auction_assignment_workspace_size`); without a workspace
 // argument it comes from ctx's allocator.
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
@@ -115,7 +116,7 @@ std::size_t auction_assignment_workspace_size(index_t n, index_t m) {
 /// row_to_column[i] = the column of row i (device, n elements); returns the result (on the host).
 /// cost: n x m device view of const or mutable T. Synchronises ctx.stream.
 template <class U, class T = std::remove_const_t<U>,
-          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+          std::enable_if_t<moecomp::detail::is_real_v<T>, int> = 0>
 auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
                                   matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
                                   vector_view<std::byte, device_memory> workspace) {
@@ -131,7 +132,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
 
 /// As above, with the workspace from ctx's allocator.
 template <class U, class T = std::remove_const_t<U>,
-          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+          std::enable_if_t<moecomp::detail::is_real_v<T>, int> = 0>
 auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
                                   matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column) {
   constexpr const char* function = "auction_assignment";
@@ -146,7 +147,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
 /// With the column prices (device, m doubles, in benefit units: -cost when minimising): read as the
 /// starting prices when params.warm_start (otherwise started from 0), and overwritten with the final prices.
 template <class U, class T = std::remove_const_t<U>,
-          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+          std::enable_if_t<moecomp::detail::is_real_v<T>, int> = 0>
 auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
                                   matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
                                   vector_view<double, device_memory> column_price,
@@ -163,7 +164,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
 
 /// As above, with the workspace from ctx's allocator.
 template <class U, class T = std::remove_const_t<U>,
-          std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, double>, int> = 0>
+          std::enable_if_t<moecomp::detail::is_real_v<T>, int> = 0>
 auction_result auction_assignment(const cuda_context& ctx, const auction_params& params,
                                   matrix_view<U, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
                                   vector_view<double, device_memory> column_price) {

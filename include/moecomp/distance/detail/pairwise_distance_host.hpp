@@ -14,6 +14,7 @@
 // and are scaled back), cosine and correlation by one factor per row (they do not depend on it). Inside
 // the band nothing is scaled, so ordinary inputs give bit for bit what they gave before.
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/distance/detail/gram_tiles.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
@@ -254,7 +255,7 @@ void compute(const host_context& ctx, const pairwise_distance_params& params, ma
 
 template <class T>
 constexpr void check_element_type() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+  static_assert(moecomp::detail::is_real_v<T>,
                 "moecomp::distance: the element type must be float or double");
 }
 

@@ -2,6 +2,7 @@
 // Argument checks shared by the assignment solvers (Jonker-Volgenant, auction; host and device): shapes
 // and the cost's values, with messages that name the function, the argument, and what was expected.
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/views.hpp>
 
 #include <cstdint>
@@ -12,8 +13,7 @@ MOECOMP_NAMESPACE_BEGIN
 namespace ot {
 namespace detail {
 
-template <class T>
-inline constexpr bool is_assignment_element_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+using moecomp::detail::is_real_v;
 
 /// n <= m, both addressable by the solvers' 32-bit indices, and an output of n entries.
 inline void check_assignment_shape(const char* function, index_t n, index_t m, index_t output_size,

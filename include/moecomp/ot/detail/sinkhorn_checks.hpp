@@ -1,6 +1,7 @@
 #pragma once
 // Argument checks of Sinkhorn and the fixed-support barycenter, shared by the host and device overloads.
 // Every message names the function and the argument and gives the expected and the actual value.
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/ot/sinkhorn_types.hpp>
@@ -16,13 +17,11 @@ MOECOMP_NAMESPACE_BEGIN
 namespace ot {
 namespace detail {
 
-/// An input view element type U fits the computation type T (T or const T).
-template <class U, class T>
-inline constexpr bool is_input_of_v = std::is_same_v<std::remove_const_t<U>, T>;
+using moecomp::detail::is_input_of_v;
 
 template <class T>
 constexpr void check_sinkhorn_element_type() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+  static_assert(moecomp::detail::is_real_v<T>,
                 "moecomp::ot: Sinkhorn and barycenters support float and double");
 }
 

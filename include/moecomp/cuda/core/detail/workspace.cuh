@@ -4,6 +4,7 @@
 // the check of a caller's workspace, a workspace from the context's allocator for one call, pinned host
 // memory for the scalars an iterative algorithm reads back, and the element-type check.
 #include <moecomp/core/error.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>
@@ -23,7 +24,7 @@ inline constexpr std::size_t workspace_alignment = 256;
 /// Device algorithms compute in float or double.
 template <class T>
 constexpr void check_device_element_type() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+  static_assert(moecomp::detail::is_real_v<T>,
                 "moecomp: the element type of a device algorithm must be float or double");
 }
 
