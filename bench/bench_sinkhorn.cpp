@@ -3,10 +3,11 @@
 // barycenter of 4 histograms on 1000 points. Counters: iterations of the last run.
 #include <benchmark/benchmark.h>
 
+#include <moecomp/core/random.hpp>
 #include <moecomp/ot/fixed_support_barycenter.hpp>
 #include <moecomp/ot/sinkhorn.hpp>
 
-#include <random>
+#include <algorithm>
 #include <vector>
 
 using namespace moecomp;
@@ -19,17 +20,16 @@ struct workload {
 };
 
 workload make_workload(index_t n, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  random_generator gen(seed);
   workload w{n, std::vector<double>(n), std::vector<double>(n), std::vector<double>(n * n), std::vector<double>(n * n)};
   double sa = 0, sb = 0;
-  for (auto& x : w.a) sa += (x = unif(gen));
-  for (auto& x : w.b) sb += (x = unif(gen));
+  for (auto& x : w.a) sa += (x = gen.uniform<double>());
+  for (auto& x : w.b) sb += (x = gen.uniform<double>());
   for (auto& x : w.a) x /= sa;
   for (auto& x : w.b) x /= sb;
   std::vector<double> p(2 * n), q(2 * n);
-  for (auto& x : p) x = unif(gen);
-  for (auto& x : q) x = unif(gen);
+  for (auto& x : p) x = gen.uniform<double>();
+  for (auto& x : q) x = gen.uniform<double>();
   double top = 0;
   for (index_t i = 0; i < n; ++i)
     for (index_t j = 0; j < n; ++j) {
@@ -78,12 +78,11 @@ void sinkhorn_batched(benchmark::State& state) {
 
 void barycenter_fixed(benchmark::State& state) {
   const index_t n = state.range(0), k = 4;
-  std::mt19937_64 gen(3);
-  std::uniform_real_distribution<double> unif(0.05, 1.0);
+  random_generator gen(3);
   std::vector<double> A(n * k), M(n * n), out(n);
   for (index_t h = 0; h < k; ++h) {
     double s = 0;
-    for (index_t i = 0; i < n; ++i) s += (A[i * k + h] = unif(gen));
+    for (index_t i = 0; i < n; ++i) s += (A[i * k + h] = gen.uniform(0.05, 1.0));
     for (index_t i = 0; i < n; ++i) A[i * k + h] /= s;
   }
   for (index_t i = 0; i < n; ++i)

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,12 +23,12 @@ namespace {
 constexpr double inf = std::numeric_limits<double>::infinity();
 
 template <class T>
-host_matrix<T> random_costs(std::mt19937_64& g, index_t n, index_t m, bool integer, double scale = 1.0) {
-  std::uniform_real_distribution<double> u(-scale, scale);
-  std::uniform_int_distribution<int> k(0, 9);
+host_matrix<T> random_costs(random_generator& g, index_t n, index_t m, bool integer, double scale = 1.0) {
+  // integers 0 .. 9, or reals in [-scale, scale) drawn in double
   host_matrix<T> c(n, m);
   for (index_t i = 0; i < n; ++i)
-    for (index_t j = 0; j < m; ++j) c(i, j) = static_cast<T>(integer ? k(g) : u(g));
+    for (index_t j = 0; j < m; ++j)
+      c(i, j) = integer ? static_cast<T>(g.uniform_index(10)) : static_cast<T>(g.uniform(-scale, scale));
   return c;
 }
 
@@ -67,7 +66,7 @@ ot::auction_result auction(const host_matrix<T>& c, const ot::auction_params& p,
 }  // namespace
 
 TEST_CASE_TEMPLATE("auction_assignment: within gap_bound of the optimum on real costs", T, float, double) {
-  std::mt19937_64 g(31);
+  random_generator g(31);
   for (index_t n : {1, 5, 40, 150})
     for (index_t m : {n, n + 3, 2 * n})
       for (bool maximize : {false, true}) {
@@ -97,7 +96,7 @@ TEST_CASE_TEMPLATE("auction_assignment: within gap_bound of the optimum on real 
 }
 
 TEST_CASE("auction_assignment: exact on integer costs when epsilon_final < 1 / m") {
-  std::mt19937_64 g(32);
+  random_generator g(32);
   for (index_t n : {1, 2, 7, 64, 200})
     for (index_t m : {n, n + 1, 3 * n})
       for (bool maximize : {false, true}) {
@@ -121,8 +120,7 @@ TEST_CASE("auction_assignment: exact on integer costs when epsilon_final < 1 / m
 }
 
 TEST_CASE("auction_assignment: forbidden pairs and infeasible problems") {
-  std::mt19937_64 g(33);
-  std::bernoulli_distribution forbid(0.5);
+  random_generator g(33);
   int feasible = 0, infeasible = 0;
   for (int trial = 0; trial < 200; ++trial) {
     const index_t n = 1 + trial % 6, m = n + trial % 3;
@@ -130,7 +128,7 @@ TEST_CASE("auction_assignment: forbidden pairs and infeasible problems") {
     host_matrix<double> c = random_costs<double>(g, n, m, true);
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < m; ++j)
-        if (forbid(g)) c(i, j) = maximize ? -inf : inf;
+        if (g.uniform() < 0.5) c(i, j) = maximize ? -inf : inf;
     status s;
     const double best = exact(c, maximize, &s);
     std::vector<index_t> cols;
@@ -158,7 +156,7 @@ TEST_CASE("auction_assignment: forbidden pairs and infeasible problems") {
 }
 
 TEST_CASE("auction_assignment: the bid limit stops it with the last complete phase") {
-  std::mt19937_64 g(34);
+  random_generator g(34);
   const host_matrix<double> c = random_costs<double>(g, 60, 60, false);
   std::vector<index_t> cols;
   ot::auction_params p;
@@ -181,7 +179,7 @@ TEST_CASE("auction_assignment: the bid limit stops it with the last complete pha
 }
 
 TEST_CASE("auction_assignment: warm prices, determinism, small shapes") {
-  std::mt19937_64 g(35);
+  random_generator g(35);
   host_matrix<double> c = random_costs<double>(g, 100, 100, false);
   std::vector<index_t> cols(100);
   std::vector<double> price(100);
@@ -189,9 +187,8 @@ TEST_CASE("auction_assignment: warm prices, determinism, small shapes") {
   const ot::auction_result cold =
       ot::auction_assignment(host_context(1), p, c.view(), make_vector_view(cols.data(), 100),
                              make_vector_view(price.data(), 100));
-  std::normal_distribution<double> noise(0.0, 1e-7);
   for (index_t i = 0; i < 100; ++i)
-    for (index_t j = 0; j < 100; ++j) c(i, j) += noise(g);
+    for (index_t j = 0; j < 100; ++j) c(i, j) += g.normal(0.0, 1e-7);
   p.warm_start = true;
   const ot::auction_result warm = ot::auction_assignment(
       host_context(1), p, c.view(), make_vector_view(cols.data(), 100), make_vector_view(price.data(), 100));

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -20,12 +19,11 @@ namespace {
 
 /// k random histograms on n points of a line (columns of an n x k row-major matrix) and M = squared distances.
 void make_problem(index_t n, index_t k, unsigned seed, std::vector<double>& A, std::vector<double>& M) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> unif(0.05, 1.0);
+  random_generator gen(seed);
   A.assign(static_cast<std::size_t>(n * k), 0);
   for (index_t h = 0; h < k; ++h) {
     double s = 0;
-    for (index_t i = 0; i < n; ++i) s += (A[i * k + h] = unif(gen));
+    for (index_t i = 0; i < n; ++i) s += (A[i * k + h] = gen.uniform(0.05, 1.0));
     for (index_t i = 0; i < n; ++i) A[i * k + h] /= s;
   }
   M.assign(static_cast<std::size_t>(n * n), 0);
@@ -82,7 +80,14 @@ TEST_CASE("fixed_support_barycenter: one-hot weights give (close to) that histog
     p.reg = 1e-4;
     p.log_domain = log_domain;
     std::vector<double> out;
-    p.max_iterations = 2000;  // the zero-weight plans converge slowly; the barycenter is settled long before
+    // The zero-weight plans converge slowly, and in the plain domain their scalings grow until they overflow
+    // (K = exp(-M / 1e-4) spans far more than double's range; this is POT's algorithm, and numerical_error is
+    // its documented outcome): over seeds 1..300 of this problem the earliest overflow is at iteration 627, and
+    // the old 2000 cap only passed for the sample it was tuned on. The barycenter is settled long before: after
+    // 100 iterations it is within 1.1e-5 (relative) of the histogram for every one of those seeds. 200 keeps
+    // the check on real work with a 3x margin below any overflow seen.
+    p.max_iterations = 200;
+    CAPTURE(log_domain);
     const auto r = run(A, M, n, k, {0.0, 1.0, 0.0}, p, out);
     CHECK(r.status != status::numerical_error);
     for (index_t i = 0; i < n; ++i) CHECK(out[i] == doctest::Approx(A[i * k + 1]).epsilon(2e-3));

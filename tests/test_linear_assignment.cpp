@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
-#include <random>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -93,20 +92,18 @@ void check_duals(const host_matrix<T>& c, bool maximize, const std::vector<index
 }
 
 template <class T>
-host_matrix<T> random_matrix(std::mt19937_64& g, index_t n, index_t m, double lo = 0.0, double hi = 1.0) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  host_matrix<T> c(n, m);
+host_matrix<T> random_matrix(random_generator& g, index_t n, index_t m, double lo = 0.0, double hi = 1.0) {
+  host_matrix<T> c(n, m);  // uniform in [lo, hi), drawn in double
   for (index_t i = 0; i < n; ++i)
-    for (index_t j = 0; j < m; ++j) c(i, j) = static_cast<T>(u(g));
+    for (index_t j = 0; j < m; ++j) c(i, j) = static_cast<T>(g.uniform(lo, hi));
   return c;
 }
 
 template <class T>
-host_matrix<T> integer_matrix(std::mt19937_64& g, index_t n, index_t m, int values) {
-  std::uniform_int_distribution<int> u(0, values - 1);
-  host_matrix<T> c(n, m);
+host_matrix<T> integer_matrix(random_generator& g, index_t n, index_t m, int values) {
+  host_matrix<T> c(n, m);  // integers 0 .. values - 1
   for (index_t i = 0; i < n; ++i)
-    for (index_t j = 0; j < m; ++j) c(i, j) = static_cast<T>(u(g));
+    for (index_t j = 0; j < m; ++j) c(i, j) = static_cast<T>(g.uniform_index(static_cast<std::uint64_t>(values)));
   return c;
 }
 
@@ -138,7 +135,7 @@ solved solve(const host_matrix<T>& c, bool maximize, int threads = 1) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("linear_assignment: brute force over every assignment of tiny problems", T, float, double) {
-  std::mt19937_64 g(11);
+  random_generator g(11);
   for (index_t n = 1; n <= 5; ++n)
     for (index_t m = n; m <= 6; ++m)
       for (int trial = 0; trial < 12; ++trial)
@@ -158,11 +155,11 @@ TEST_CASE_TEMPLATE("linear_assignment: brute force over every assignment of tiny
 }
 
 TEST_CASE("linear_assignment: a planted permutation is recovered exactly") {
-  std::mt19937_64 g(3);
+  random_generator g(3);
   for (index_t n : {1, 2, 17, 128, 300}) {
     std::vector<index_t> p(static_cast<std::size_t>(n));
     std::iota(p.begin(), p.end(), 0);
-    std::shuffle(p.begin(), p.end(), g);
+    g.shuffle(p.begin(), p.end());
     host_matrix<double> c = random_matrix<double>(g, n, n, 1.0, 2.0);
     for (index_t i = 0; i < n; ++i) c(i, p[static_cast<std::size_t>(i)]) = 0.5;
     const solved s = solve(c, false);
@@ -179,7 +176,7 @@ TEST_CASE("linear_assignment: a planted permutation is recovered exactly") {
 }
 
 TEST_CASE("linear_assignment: duals certify optimality on larger random and tied problems") {
-  std::mt19937_64 g(5);
+  random_generator g(5);
   for (index_t n : {50, 200})
     for (index_t m : {n, n + 1, 2 * n})
       for (bool maximize : {false, true}) {
@@ -217,7 +214,7 @@ TEST_CASE("linear_assignment: ties are broken deterministically") {
 }
 
 TEST_CASE("linear_assignment: float costs are read as float and solved in double") {
-  std::mt19937_64 g(9);
+  random_generator g(9);
   const host_matrix<float> c = random_matrix<float>(g, 40, 60);
   host_matrix<double> wide(40, 60);
   for (index_t i = 0; i < 40; ++i)
@@ -229,8 +226,7 @@ TEST_CASE("linear_assignment: float costs are read as float and solved in double
 
 TEST_CASE("linear_assignment: forbidden pairs and infeasible problems") {
   SUBCASE("feasible with forbidden pairs, against brute force") {
-    std::mt19937_64 g(21);
-    std::bernoulli_distribution forbid(0.4);
+    random_generator g(21);
     int checked = 0;
     for (int trial = 0; trial < 300; ++trial) {
       const index_t n = 1 + trial % 5, m = n + trial % 3;
@@ -238,7 +234,7 @@ TEST_CASE("linear_assignment: forbidden pairs and infeasible problems") {
         host_matrix<double> c = random_matrix<double>(g, n, m, -1.0, 1.0);
         for (index_t i = 0; i < n; ++i)
           for (index_t j = 0; j < m; ++j)
-            if (forbid(g)) c(i, j) = maximize ? -inf : inf;
+            if (g.uniform() < 0.4) c(i, j) = maximize ? -inf : inf;
         const double best = brute_force(c, maximize);
         const solved s = solve(c, maximize);
         CAPTURE(trial);
@@ -295,7 +291,7 @@ TEST_CASE("linear_assignment: empty and one-row problems") {
 }
 
 TEST_CASE("linear_assignment: strided views") {
-  std::mt19937_64 g(2);
+  random_generator g(2);
   const host_matrix<double> big = random_matrix<double>(g, 12, 20);
   const host_matrix<double> c = [&] {
     host_matrix<double> s(9, 14);
@@ -313,8 +309,7 @@ TEST_CASE("linear_assignment: strided views") {
 }
 
 TEST_CASE("linear_assignment: warm start gives the same optimum") {
-  std::mt19937_64 g(17);
-  std::normal_distribution<double> noise(0.0, 1e-3);
+  random_generator g(17);
   for (bool maximize : {false, true})
     for (index_t n : {30, 150}) {
       CAPTURE(maximize);
@@ -323,7 +318,7 @@ TEST_CASE("linear_assignment: warm start gives the same optimum") {
       solved previous = solve(c, maximize);
       for (int round = 0; round < 4; ++round) {  // a slowly moving problem, as in the free-support barycenter
         for (index_t i = 0; i < n; ++i)
-          for (index_t j = 0; j < n; ++j) c(i, j) += noise(g);
+          for (index_t j = 0; j < n; ++j) c(i, j) += g.normal(0.0, 1e-3);
         const solved cold = solve(c, maximize);
         solved warm = previous;
         ot::linear_assignment_params p;
@@ -341,12 +336,10 @@ TEST_CASE("linear_assignment: warm start gives the same optimum") {
   SUBCASE("arbitrary potentials and hints are only a starting point") {
     const host_matrix<double> c = integer_matrix<double>(g, 40, 40, 5);
     const solved cold = solve(c, false);
-    std::uniform_real_distribution<double> any(-100, 100);
-    std::uniform_int_distribution<index_t> hint(-3, 45);
     std::vector<index_t> cols(40);
     std::vector<double> u(40), v(40);
-    for (auto& x : v) x = any(g);
-    for (auto& x : cols) x = hint(g);
+    for (auto& x : v) x = g.uniform(-100.0, 100.0);
+    for (auto& x : cols) x = -3 + static_cast<index_t>(g.uniform_index(49));  // -3 .. 45: some out of range
     ot::linear_assignment_params p;
     p.warm_start = true;
     const auto r = ot::linear_assignment(host_context(1), p, c.view(), make_vector_view(cols.data(), 40),
@@ -370,7 +363,7 @@ TEST_CASE("linear_assignment: warm start gives the same optimum") {
 }
 
 TEST_CASE("linear_assignment_batched: equals one-by-one, for every thread count") {
-  std::mt19937_64 g(8);
+  random_generator g(8);
   const index_t batch = 37, n = 6, m = 9;
   for (bool maximize : {false, true}) {
     host_matrix<float> costs = integer_matrix<float>(g, batch * n, m, 4);
@@ -462,16 +455,16 @@ TEST_CASE_TEMPLATE("linear_assignment: bit-identical at 1, 2, 3 and 7 threads", 
 }
 
 TEST_CASE("linear_assignment: the vector kernels equal the scalar ones at every width") {
-  std::mt19937_64 g(6);
-  std::uniform_int_distribution<int> small(0, 3);
+  random_generator g(6);
+  auto small = [&g] { return static_cast<int>(g.uniform_index(4)); };  // 0 .. 3
   for (index_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33, 100}) {
     CAPTURE(m);
     std::vector<float> row(static_cast<std::size_t>(m));
     std::vector<double> v(static_cast<std::size_t>(m)), d(static_cast<std::size_t>(m));
     for (index_t k = 0; k < m; ++k) {
-      row[static_cast<std::size_t>(k)] = k % 5 == 4 ? std::numeric_limits<float>::infinity() : static_cast<float>(small(g));
-      v[static_cast<std::size_t>(k)] = k % 7 == 3 ? -inf : small(g) * 0.5;
-      d[static_cast<std::size_t>(k)] = k % 3 == 0 ? inf : small(g);
+      row[static_cast<std::size_t>(k)] = k % 5 == 4 ? std::numeric_limits<float>::infinity() : static_cast<float>(small());
+      v[static_cast<std::size_t>(k)] = k % 7 == 3 ? -inf : small() * 0.5;
+      d[static_cast<std::size_t>(k)] = k % 3 == 0 ? inf : small();
     }
     auto relax = [&](auto width) {
       std::vector<double> dd = d;

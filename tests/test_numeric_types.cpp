@@ -3,6 +3,7 @@
 // float -> 16-bit conversion checked against a reference that rounds by searching the sorted table of
 // representable values (no bit tricks shared with the implementation).
 #include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/random.hpp>
 
 #include <doctest/doctest.h>
 
@@ -11,7 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -340,9 +340,9 @@ TEST_CASE("float -> half and float -> bfloat16 agree with table rounding on mill
     }
   }
   // Random bit patterns over the whole float range, and densely over half's range.
-  std::mt19937_64 engine(20240611);
+  moecomp::random_generator engine(20240611);
   for (int i = 0; i < 2'000'000; ++i) {
-    const auto u = static_cast<std::uint32_t>(engine());
+    const std::uint32_t u = engine.next_u32();
     check_one(from_bits(u));
     // exponent 100 .. 143: from below half's underflow threshold to above its overflow.
     const std::uint32_t exponent = 100 + static_cast<std::uint32_t>((u >> 23) % 44);

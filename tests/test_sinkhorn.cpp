@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <tuple>
 #include <vector>
 
@@ -27,17 +26,16 @@ struct problem {
 
 /// Random histograms and squared Euclidean costs between random 2-D points, scaled to [0, 1].
 problem random_problem(index_t n, index_t m, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  random_generator gen(seed);
   problem p{n, m, std::vector<double>(n), std::vector<double>(m), std::vector<double>(n * m)};
   double sa = 0, sb = 0;
-  for (auto& x : p.a) sa += (x = unif(gen) + 0.1);
-  for (auto& x : p.b) sb += (x = unif(gen) + 0.1);
+  for (auto& x : p.a) sa += (x = gen.uniform<double>() + 0.1);
+  for (auto& x : p.b) sb += (x = gen.uniform<double>() + 0.1);
   for (auto& x : p.a) x /= sa;
   for (auto& x : p.b) x /= sb;
   std::vector<double> xs(2 * n), ys(2 * m);
-  for (auto& x : xs) x = unif(gen);
-  for (auto& y : ys) y = unif(gen);
+  for (auto& x : xs) x = gen.uniform<double>();
+  for (auto& y : ys) y = gen.uniform<double>();
   double top = 0;
   for (index_t i = 0; i < n; ++i)
     for (index_t j = 0; j < m; ++j) {
