@@ -3,7 +3,7 @@
 // ot.bregman.barycenter, methods 'sinkhorn' and 'sinkhorn_log'), on the host. Documentation: docs/sinkhorn.md.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
-#include <moecomp/ot/detail/sinkhorn_barycenter.hpp>
+#include <moecomp/ot/detail/fixed_support_barycenter_host.hpp>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
 #include <moecomp/ot/fixed_support_barycenter_types.hpp>
 

@@ -44,7 +44,7 @@ struct sinkhorn_params {
   double reg = 0;
   sinkhorn_method method = sinkhorn_method::plain;
   /// Iteration cap (POT numItermax). For epsilon_scaling it caps the outer (epsilon) steps and is raised to
-  /// at least 36, as POT does.
+  /// at least 35, as POT does (max(numItermin = 35, numItermax)).
   index_t max_iterations = 1000;
   /// Stop when the marginal error falls below this (POT stopThr). plain / log / stabilized: ||P^T 1 - b||_2,
   /// tested with `<` (plain, log) or `<=` (stabilized) as POT does; epsilon_scaling:
