@@ -221,6 +221,23 @@ def group_numerics(s):
             err = np.max(np.abs(d - ref) / np.abs(ref))
             s.check(f"pdist {metric} on {label}: finite and right", np.all(np.isfinite(d)) and err < tol,
                     f"max relative error {err:.2e}")
+    # linkage, in memory and in O(n d) memory, on points whose distance updates would square past float64.
+    from scipy.cluster.hierarchy import linkage as scipy_linkage
+    points = s.rng.standard_normal((50, 4))
+    huge = s.save("huge-points.npy", points * 1e200)
+    for method in ("single", "ward", "centroid", "median", "average"):
+        for low_memory in ((), ("--low-memory",)):
+            if low_memory and method == "average":
+                continue
+            label = f"linkage {method}{' --low-memory' if low_memory else ''} on points x 1e200"
+            r = s.run("linkage", huge, "--method", method, *low_memory, "-o", out)
+            if r.returncode != 0:
+                s.check(label, False, r.stderr.strip())
+                continue
+            z, ref = np.load(out), scipy_linkage(points, method)
+            err = np.max(np.abs(z[:, 2] / 1e200 - ref[:, 2]) / ref[:, 2])
+            s.check(f"{label}: finite, scipy's merges and heights", np.all(np.isfinite(z)) and err < 1e-12 and
+                    np.array_equal(z[:, :2], ref[:, :2]), f"max relative error {err:.2e}")
     # Sinkhorn and the fixed-support barycenter at a regularisation where exp(-M / reg) underflows.
     n = 8
     a = s.save("ha.npy", np.full(n, 1 / n))

@@ -66,23 +66,36 @@ void linkage_low_memory(const host_context& ctx, const linkage_params& params, m
   detail::check_finite_points("linkage_low_memory", x);
   if (n == 1) return;
 
+  // Points whose squares would overflow (or underflow) are scaled by a power of two and the heights scaled
+  // back, both exactly: ordinary inputs (prescale 1) are untouched (docs/distance.md, "Range").
+  const bool euclidean_family =
+      params.metric == distance::metric::euclidean || params.metric == distance::metric::sqeuclidean;
+  const double prescale =
+      euclidean_family ? moecomp::detail::safe_prescale<double>(moecomp::detail::max_magnitude<T>(ctx, x, nullptr),
+                                                                x.cols())
+                       : 1.0;
   detail::host_workspace<detail::merge_step> steps(ctx, static_cast<std::size_t>(n - 1));
   if (m == linkage_method::single) {
-    const detail::point_rows<T> rows(ctx, params.metric, x);
+    const detail::point_rows<T> rows(ctx, params.metric, x, prescale);
     if (const index_t bad = rows.first_undefined_row(); bad >= 0)
       detail::fail_nan_distance("linkage_low_memory", params.metric, 0, bad == 0 ? 1 : bad);
     detail::prim_single_linkage(ctx, n, rows, steps.data());
     detail::write_linkage_matrix(ctx, n, steps.data(), true, z);
-    return;
+  } else {
+    detail::dispatch_method(m, [&](auto tag) {
+      constexpr linkage_method M = decltype(tag)::value;
+      if constexpr (requires_euclidean(M)) {
+        detail::centroid_oracle<M> oracle(ctx, x, prescale);
+        detail::generic_linkage(ctx, n, oracle, steps.data());
+        detail::write_linkage_matrix(ctx, n, steps.data(), is_monotone(M), z);
+      }
+    });
   }
-  detail::dispatch_method(m, [&](auto tag) {
-    constexpr linkage_method M = decltype(tag)::value;
-    if constexpr (requires_euclidean(M)) {
-      detail::centroid_oracle<M> oracle(ctx, x);
-      detail::generic_linkage(ctx, n, oracle, steps.data());
-      detail::write_linkage_matrix(ctx, n, steps.data(), is_monotone(M), z);
-    }
-  });
+  if (prescale != 1.0) {
+    const double unscale = 1.0 / prescale;
+    const double factor = params.metric == distance::metric::sqeuclidean ? unscale * unscale : unscale;
+    for (index_t i = 0; i < z.rows(); ++i) z(i, 2) *= factor;
+  }
 }
 
 // Convenience overloads returning Z as an owning (n - 1) x 4 matrix.

@@ -8,11 +8,13 @@
 #include <moecomp/cluster/detail/linkage_nn_chain.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/detail/range_scaling.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -32,6 +34,19 @@ inline void linkage_on_working_copy(const host_context& ctx, linkage_method meth
     write_linkage_matrix(ctx, n, steps.data(), true, z);
     return;
   }
+  // Ward, centroid and median square the distances in their updates: distances beyond about 1e153 (or below
+  // 1e-146) are first scaled by an exact power of two, which every update formula carries through (they are
+  // homogeneous of degree 1), and the heights are scaled back. Ordinary distances (prescale 1) are untouched.
+  const index_t count = distance::condensed_size(n);
+  double prescale = 1.0;
+  if (requires_euclidean(method)) {
+    double largest = 0.0;
+    for (index_t k = 0; k < count; ++k)
+      if (std::isfinite(d[k])) largest = std::max(largest, d[k]);
+    prescale = moecomp::detail::safe_prescale<double>(largest, 1);
+    if (prescale != 1.0)
+      for (index_t k = 0; k < count; ++k) d[k] *= prescale;
+  }
   dispatch_method(method, [&](auto tag) {
     constexpr linkage_method M = decltype(tag)::value;
     if constexpr (is_monotone(M)) {
@@ -42,6 +57,8 @@ inline void linkage_on_working_copy(const host_context& ctx, linkage_method meth
     }
     write_linkage_matrix(ctx, n, steps.data(), is_monotone(M), z);
   });
+  if (prescale != 1.0)
+    for (index_t i = 0; i < z.rows(); ++i) z(i, 2) /= prescale;
 }
 
 inline const char* undefined_distance_reason(distance::metric m) noexcept {

@@ -11,6 +11,7 @@
 // Distance batches run in parallel (OpenMP, ctx.threads()) when large; each value is independent of the
 // thread count.
 #include <moecomp/cluster/detail/linkage_common.hpp>
+#include <moecomp/core/detail/range_scaling.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -59,10 +60,12 @@ inline double squared_distance(const double* a, const double* b, index_t d) noex
 }
 
 /// Distances from one point to others, on the fly: Prim's row callback for low-memory single linkage.
+/// `euclidean_prescale` (a power of two, 1 for ordinary inputs) scales the Euclidean metrics' points so that
+/// no square overflows (core/detail/range_scaling.hpp); the caller scales the heights back.
 template <class T>
 class point_rows {
  public:
-  point_rows(const host_context& ctx, distance::metric m, matrix_view<const T> points)
+  point_rows(const host_context& ctx, distance::metric m, matrix_view<const T> points, double euclidean_prescale)
       : ctx_(&ctx),
         metric_(m),
         points_(points),
@@ -71,20 +74,25 @@ class point_rows {
     // The same preprocessing as the distance module: cosine divides by the norm, correlation centres the
     // row first; a zero (constant) row has no direction and gives NaN distances, as in scipy.
     const index_t d = points.cols();
+    const bool normalise = m == distance::metric::cosine || m == distance::metric::correlation;
     for (index_t i = 0; i < points.rows(); ++i) {
       const T* row = points.row_ptr(i);
-      double offset = 0.0, scale = 1.0;
+      double offset = 0.0, scale = normalise ? 1.0 : euclidean_prescale;
       if (m == distance::metric::correlation && d > 0) {
         for (index_t k = 0; k < d; ++k) offset += static_cast<double>(row[k]);
         offset /= static_cast<double>(d);
       }
-      if (m == distance::metric::cosine || m == distance::metric::correlation) {
+      if (normalise) {
+        // The norm from prescaled values (one power of two per row), so that its squares cannot overflow.
+        double row_max = 0.0;
+        for (index_t k = 0; k < d; ++k) row_max = std::max(row_max, std::abs(static_cast<double>(row[k]) - offset));
+        const double prescale = moecomp::detail::safe_prescale<double>(row_max, d);
         double sum = 0.0;
         for (index_t k = 0; k < d; ++k) {
-          const double v = static_cast<double>(row[k]) - offset;
+          const double v = (static_cast<double>(row[k]) - offset) * prescale;
           sum += v * v;
         }
-        scale = sum > 0.0 ? 1.0 / std::sqrt(sum) : std::numeric_limits<double>::quiet_NaN();
+        scale = sum > 0.0 ? prescale / std::sqrt(sum) : std::numeric_limits<double>::quiet_NaN();
       }
       offset_[static_cast<std::size_t>(i)] = offset;
       scale_[static_cast<std::size_t>(i)] = scale;
@@ -129,8 +137,9 @@ class point_rows {
 template <linkage_method M>
 class centroid_oracle {
  public:
+  /// `prescale`: as point_rows' euclidean_prescale.
   template <class T>
-  centroid_oracle(const host_context& ctx, matrix_view<const T> points)
+  centroid_oracle(const host_context& ctx, matrix_view<const T> points, double prescale)
       : ctx_(&ctx),
         n_(points.rows()),
         d_(points.cols()),
@@ -140,7 +149,7 @@ class centroid_oracle {
     for (index_t i = 0; i < n_; ++i) {
       const T* row = points.row_ptr(i);
       double* c = centre_.data() + i * d_;
-      for (index_t k = 0; k < d_; ++k) c[k] = static_cast<double>(row[k]);
+      for (index_t k = 0; k < d_; ++k) c[k] = static_cast<double>(row[k]) * prescale;
       size_[static_cast<std::size_t>(i)] = 1.0;
     }
   }
