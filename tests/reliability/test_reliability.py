@@ -421,8 +421,17 @@ def main():
             print("FAIL: running as root but setpriv (util-linux) is missing for the unprivileged run")
             failures += 1
         else:
-            r = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                                os.path.abspath(__file__), TOOL, "--as-user"], cwd="/tmp")
+            # The checkout may sit where the user cannot read (root's home): the tool (linked only against
+            # system libraries) and this script run from copies in a folder everyone can read.
+            with tempfile.TemporaryDirectory(prefix="moecomp-reliability-user-") as shared:
+                os.chmod(shared, 0o755)
+                tool, script = os.path.join(shared, "moecomp"), os.path.join(shared, "test_reliability.py")
+                shutil.copy2(TOOL, tool)
+                shutil.copy2(os.path.abspath(__file__), script)
+                os.chmod(tool, 0o755)
+                os.chmod(script, 0o644)
+                r = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                    script, tool, "--as-user"], cwd="/tmp")
             checks += 1
             if r.returncode != 0:
                 print(f"FAIL: the unprivileged run failed (exit {r.returncode})")
