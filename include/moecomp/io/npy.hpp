@@ -597,18 +597,26 @@ npy_dtype stored_dtype(const char* function, const write_options& options) {
   return *options.dtype;
 }
 
-/// Writes header and elements of a view to `writer`, stored as `dtype`.
-template <class Write>
-void write_npy_as(npy_dtype dtype, Write&& write) {
-  if (dtype == npy_dtype::float32) {
-    write(float{});
-  } else if (dtype == npy_dtype::float64) {
-    write(double{});
-  } else if (dtype == npy_dtype::int32) {
-    write(std::int32_t{});
-  } else {
-    write(std::int64_t{});
+/// Stages the header of `shape` and the elements of a view of T, which `elements(sink, Stored{})` writes as
+/// Stored: T itself, or for a float view the other float type when options.dtype asks for it (the only
+/// conversion stored_dtype allows).
+template <class T, class Elements>
+staged_file stage_elements(const std::string& path, const std::vector<index_t>& shape, const write_options& options,
+                           Elements&& elements) {
+  check_npy_element<T>();
+  const npy_dtype dtype = stored_dtype<T>("write_npy", options);
+  const std::string header = npy_header_bytes(dtype, shape);
+  auto file = std::make_unique<atomic_file_writer>(path, "write_npy", options.hooks);
+  file->write(header.data(), header.size());
+  bool converted = false;
+  if constexpr (std::is_floating_point_v<T>) {
+    using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+    converted = dtype != npy_dtype_of<T>::value;
+    if (converted) elements(*file, other{});
   }
+  if (!converted) elements(*file, T{});
+  file->finish();
+  return staged_file_access::make(std::move(file), path);
 }
 
 }  // namespace detail
@@ -635,19 +643,10 @@ template <class U>
 staged_file stage_npy_matrix(const std::string& path, matrix_view<U, host_memory> m,
                              const write_options& options = {}) {
   using T = std::remove_const_t<U>;
-  detail::check_npy_element<T>();
-  const npy_dtype dtype = detail::stored_dtype<T>("write_npy", options);
-  const std::string header = detail::npy_header_bytes(dtype, {m.rows(), m.cols()});
-  auto file = std::make_unique<detail::atomic_file_writer>(path, "write_npy", options.hooks);
-  file->write(header.data(), header.size());
   const matrix_view<const T> values = m;
-  detail::write_npy_as(dtype, [&](auto stored) {
-    using Stored = decltype(stored);
-    if constexpr (std::is_same_v<Stored, T> || (std::is_floating_point_v<Stored> && std::is_floating_point_v<T>))
-      detail::write_npy_rows<Stored, detail::atomic_file_writer, T>(*file, values);
+  return detail::stage_elements<T>(path, {m.rows(), m.cols()}, options, [&](auto& sink, auto stored) {
+    detail::write_npy_rows<decltype(stored)>(sink, values);
   });
-  file->finish();
-  return detail::staged_file_access::make(std::move(file), path);
 }
 
 /// A 1-D array (any stride), staged as above.
@@ -655,19 +654,10 @@ template <class U>
 staged_file stage_npy_vector(const std::string& path, vector_view<U, host_memory> v,
                              const write_options& options = {}) {
   using T = std::remove_const_t<U>;
-  detail::check_npy_element<T>();
-  const npy_dtype dtype = detail::stored_dtype<T>("write_npy", options);
-  const std::string header = detail::npy_header_bytes(dtype, {v.size()});
-  auto file = std::make_unique<detail::atomic_file_writer>(path, "write_npy", options.hooks);
-  file->write(header.data(), header.size());
   const vector_view<const T> values = v;
-  detail::write_npy_as(dtype, [&](auto stored) {
-    using Stored = decltype(stored);
-    if constexpr (std::is_same_v<Stored, T> || (std::is_floating_point_v<Stored> && std::is_floating_point_v<T>))
-      detail::write_npy_elements<Stored, detail::atomic_file_writer, T>(*file, values);
+  return detail::stage_elements<T>(path, {v.size()}, options, [&](auto& sink, auto stored) {
+    detail::write_npy_elements<decltype(stored)>(sink, values);
   });
-  file->finish();
-  return detail::staged_file_access::make(std::move(file), path);
 }
 
 /// stage_npy(path, ...) forwards to the three functions above by argument type.
