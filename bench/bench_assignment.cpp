@@ -94,7 +94,7 @@ void auction(benchmark::State& state) {
   for (auto _ : state) {
     const auto r = ot::auction_assignment(ctx, {}, c.view(), cols.view());
     benchmark::DoNotOptimize(r.cost);
-    state.counters["bids"] = static_cast<double>(r.bids);
+    state.counters["bids"] = static_cast<double>(r.iterations);
   }
 }
 
@@ -106,7 +106,7 @@ void batched(benchmark::State& state) {
   std::vector<ot::linear_assignment_result> results(static_cast<std::size_t>(batch));
   const moecomp::host_context ctx(static_cast<int>(state.range(1)));
   for (auto _ : state) {
-    ot::linear_assignment_batched(ctx, {}, c.view(), batch, cols.view(),
+    ot::linear_assignment_batched(ctx, {}, split_rows(c.view(), batch), moecomp::make_matrix_view(cols.data(), batch, n),
                                   moecomp::make_vector_view(results.data(), batch));
     benchmark::DoNotOptimize(results.data());
   }

@@ -52,7 +52,7 @@ void run_uniform(benchmark::State& state, const host_matrix<T>& x, index_t k, in
   params.max_iterations = max_iterations;
   ot::free_support_barycenter_result r;
   for (auto _ : state) {
-    r = ot::free_support_barycenter<T>(moecomp::host_context{}, params, x.view(), k, init, b.view(), p.view());
+    r = ot::free_support_barycenter<T>(moecomp::host_context{}, params, split_rows(x.view(), k), init, b.view(), p.view());
     benchmark::DoNotOptimize(b.data());
   }
   state.counters["iterations"] = static_cast<double>(r.iterations);

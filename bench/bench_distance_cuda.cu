@@ -78,7 +78,7 @@ void square_cuda(benchmark::State& state) {
   const auto x = device_points(ctx, n, d);
   moecomp::device_buffer<float> out(ctx, n * n);
   dist::pairwise_distance_params params;  // euclidean
-  const std::size_t bytes = dist::pairwise_distances_workspace_size<float>(params, n, d);
+  const std::size_t bytes = dist::pairwise_distances_workspace_size<float>(params, n, n, d);
   moecomp::device_buffer<std::byte> workspace(ctx, static_cast<index_t>(bytes));
   const auto run = [&] { dist::pairwise_distances(ctx, params, x.view(n, d), out.view(n, n), workspace.view()); };
   run();

@@ -68,8 +68,8 @@ void sinkhorn_batched_cuda(benchmark::State& state) {
   const std::size_t bytes = ot::sinkhorn_batched_workspace_size<T>(params, batch, n, n);
   moecomp::device_buffer<std::byte> workspace(ctx, static_cast<index_t>(bytes));
   const auto run = [&] {
-    ot::sinkhorn_batched(ctx, params, a.view(batch, n), b.view(batch, n), costs.view(batch * n, n),
-                         plans.view(batch * n, n), results.view(), workspace.view());
+    ot::sinkhorn_batched(ctx, params, a.view(batch, n), b.view(batch, n), moecomp::split_rows(costs.view(batch * n, n), batch),
+                         moecomp::split_rows(plans.view(batch * n, n), batch), results.view(), workspace.view());
   };
   run();
   double total = 0.0;
@@ -91,16 +91,16 @@ void auction_cuda(benchmark::State& state) {
   moecomp::device_buffer<float> cost(ctx, n * n);
   moecomp::device_buffer<index_t> assignment(ctx, n);
   fill_uniform(ctx, cost.data(), cost.size(), 4, 0.0, 1.0);
-  const std::size_t bytes = ot::auction_assignment_workspace_size<float>(n, n);
+  const std::size_t bytes = ot::auction_assignment_workspace_size<float>(ot::auction_params{}, n, n);
   moecomp::device_buffer<std::byte> workspace(ctx, static_cast<index_t>(bytes));
   ot::auction_result result;
   const auto run = [&] {
     result = ot::auction_assignment(ctx, ot::auction_params{}, cost.view(n, n), assignment.view(), workspace.view());
   };
   for (auto _ : state) state.SetIterationTime(gpu.wall_time(run));
-  state.counters["bids"] = static_cast<double>(result.bids);
+  state.counters["bids"] = static_cast<double>(result.iterations);
   state.counters["phases"] = result.phases;
-  state.counters["gap_bound"] = result.gap_bound;
+  state.counters["gap_bound"] = result.criterion;
   state.counters["cost"] = result.cost;
 }
 
@@ -112,15 +112,15 @@ void barycenter_cuda(benchmark::State& state) {
   moecomp::device_buffer<float> measures(ctx, k * n * d), barycenter(ctx, n * d);
   moecomp::device_buffer<index_t> permutations(ctx, k * n);
   fill_uniform(ctx, measures.data(), measures.size(), 5, -1.0, 1.0);
-  const std::size_t bytes = ot::free_support_barycenter_workspace_size<float>(k, n, d);
-  moecomp::device_buffer<std::byte> workspace(ctx, static_cast<index_t>(bytes));
-  const std::vector<double> weights(static_cast<std::size_t>(k), 1.0 / static_cast<double>(k));
   ot::free_support_barycenter_params params;
   params.max_iterations = iterations;
   params.tolerance = 0.0;
+  const std::size_t bytes = ot::free_support_barycenter_workspace_size<float>(params, k, n, d);
+  moecomp::device_buffer<std::byte> workspace(ctx, static_cast<index_t>(bytes));
+  const std::vector<double> weights(static_cast<std::size_t>(k), 1.0 / static_cast<double>(k));
   ot::free_support_barycenter_device_result result;
   const auto run = [&] {
-    result = ot::free_support_barycenter(ctx, params, measures.view(k * n, d).as_const(), k,
+    result = ot::free_support_barycenter(ctx, params, moecomp::split_rows(measures.view(k * n, d).as_const(), k),
                                          moecomp::make_vector_view(weights.data(), k),
                                          measures.view(n, d).as_const(), barycenter.view(n, d), permutations.view(k, n),
                                          workspace.view());

@@ -70,7 +70,7 @@ void sinkhorn_batched(benchmark::State& state) {
   std::vector<ot::sinkhorn_result> results(batch);
   for (auto _ : state) {
     ot::sinkhorn_batched(host_context(), params, make_matrix_view(a.data(), batch, n), make_matrix_view(b.data(), batch, n),
-                         make_matrix_view(costs.data(), batch * n, n), make_matrix_view(plans.data(), batch * n, n),
+                         make_matrix_stack_view(costs.data(), batch, n, n), make_matrix_stack_view(plans.data(), batch, n, n),
                          make_vector_view(results.data(), batch));
     benchmark::DoNotOptimize(plans.data());
   }

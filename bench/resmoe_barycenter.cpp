@@ -65,12 +65,12 @@ int main(int argc, char** argv) {
   const host_context ctx(static_cast<int>(threads));
   const auto t1 = clock::now();
   const ot::free_support_barycenter_result r = ot::free_support_barycenter<float>(
-      ctx, params, experts.view(), k, experts.view().row_range(0, n), barycenter.view(), permutations.view());
+      ctx, params, split_rows(experts.view(), k), experts.view().row_range(0, n), barycenter.view(), permutations.view());
   const double seconds = std::chrono::duration<double>(clock::now() - t1).count();
   const double gemm_tflop = 2.0 * static_cast<double>(k) * n * n * d * 1e-12;
   std::printf("k %lld n %lld d %lld float32, setup %.1f s\n", k, n, d, setup);
   std::printf("free_support_barycenter: %.1f s, iterations %lld, status %s, objective %.6g, displacement %.3g\n",
-              seconds, static_cast<long long>(r.iterations), to_string(r.status), r.objective, r.displacement);
+              seconds, static_cast<long long>(r.iterations), to_string(r.status), r.objective, r.criterion);
   std::printf("GEMM work per assignment round: %.2f TFLOP\n", gemm_tflop);
   return r.status == status::ok || r.status == status::iteration_limit ? 0 : 1;
 }

@@ -5,6 +5,9 @@ detail/ headers are its own. They may be included by that module's headers, host
 moecomp/cuda/core/detail/, which any moecomp header may include. Prints every violation and exits 1 if there
 is one.
 
+It also checks that every detail header refuses to be included first: its first moecomp include is
+moecomp/core/detail/internal_header.hpp, which stops the compilation unless a public header came before.
+
 Usage: check_boundaries.py INCLUDE_DIR"""
 import os
 import re
@@ -34,7 +37,12 @@ def main():
             headers += 1
             with open(full, encoding="utf-8") as f:
                 text = f.read()
-            for target in INCLUDE.findall(text):
+            targets = INCLUDE.findall(text)
+            guard = "moecomp/core/detail/internal_header.hpp"
+            if "/detail/" in here and here != guard and (not targets or targets[0] != guard):
+                violations.append(f"{here}: a detail header must include {guard} first, so that it refuses "
+                                  f"direct inclusion")
+            for target in targets:
                 if "/detail/" not in target:
                     continue
                 owner = module_of(target)

@@ -388,7 +388,13 @@ TEST_CASE("emd: the iteration limit is reported, with a feasible plan and its co
   params.max_iterations = 5;
   const solution s = solve(p, params);
   CHECK(s.result.status == moecomp::status::iteration_limit);
+  CHECK_FALSE(s.result.ok());
   CHECK(s.result.iterations == 5);
+  // The criterion is the reduced cost of the arc that would have entered next: negative when stopped
+  // short, exactly 0 at the optimum (no arc prices out).
+  CHECK(s.result.criterion < 0);
+  CHECK(full.result.ok());
+  CHECK(full.result.criterion == 0);
   double cost = 0;
   for (index_t i = 0; i < p.n; ++i) {
     double row = 0;
@@ -449,17 +455,17 @@ TEST_CASE("emd: bad input is refused with a message naming the argument") {
   problem unequal = p;
   unequal.b[0] += 0.01;
   std::string msg = thrown_message([&] { run(unequal); });
-  CHECK(msg.find("emd: a and b must have equal sums") != std::string::npos);
+  CHECK(msg.find("emd: a and b must have equal total mass") != std::string::npos);
   CHECK(msg.find("sum(b) = 1.01") != std::string::npos);
 
   problem negative = p;
   negative.a[2] = -0.1;
   msg = thrown_message([&] { run(negative); });
-  CHECK(msg.find("a[2] must be finite and >= 0, got -0.1") != std::string::npos);
+  CHECK(msg.find("a must be finite and >= 0, got -0.1 at index 2") != std::string::npos);
 
   problem nan_mass = p;
   nan_mass.b[1] = std::nan("");
-  CHECK(thrown_message([&] { run(nan_mass); }).find("b[1] must be finite") != std::string::npos);
+  CHECK(thrown_message([&] { run(nan_mass); }).find("b must be finite and >= 0, got nan at index 1") != std::string::npos);
 
   problem nan_cost = p;
   nan_cost.c[1 * 3 + 2] = std::nan("");

@@ -16,6 +16,11 @@ template <class Kind>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/ot/emd_types.hpp>
+#include <moecomp/ot/fixed_support_barycenter_types.hpp>
+#include <moecomp/ot/free_support_barycenter_types.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
+#include <moecomp/ot/sinkhorn_types.hpp>
 
 #include <doctest/doctest.h>
 
@@ -53,14 +58,14 @@ int counted(int value) {
   return value;
 }
 
-// A type whose operator<< counts how often it is streamed.
+// A text part that counts how often it is read (message parts are text, numbers or bool, docs/core.md).
 struct streamed {
   int* count;
+  operator std::string_view() const {  // NOLINT(implicit): a message part converts to text
+    ++*count;
+    return "<streamed>";
+  }
 };
-std::ostream& operator<<(std::ostream& out, const streamed& s) {
-  ++*s.count;
-  return out << "<streamed>";
-}
 
 // Catches as `Caught` and returns the exception's what() and kind().
 template <class Caught, class F>
@@ -239,15 +244,24 @@ TEST_CASE("error kinds and statuses have stable names") {
   CHECK(std::string(moecomp::to_string(static_cast<status>(42))) == "unknown");
 }
 
+// One result convention (docs/core.md): every iterative algorithm's result is a convergence_info.
+static_assert(std::is_base_of_v<moecomp::convergence_info, moecomp::ot::sinkhorn_result>);
+static_assert(std::is_base_of_v<moecomp::convergence_info, moecomp::ot::fixed_support_barycenter_result>);
+static_assert(std::is_base_of_v<moecomp::convergence_info, moecomp::ot::free_support_barycenter_result>);
+static_assert(std::is_base_of_v<moecomp::convergence_info, moecomp::ot::emd_result>);
+static_assert(std::is_base_of_v<moecomp::convergence_info, moecomp::ot::auction_result>);
+// Results stay trivially copyable: the device writes sinkhorn_result from a kernel and copies it back.
+static_assert(std::is_trivially_copyable_v<moecomp::ot::sinkhorn_result>);
+
 TEST_CASE("convergence_info defaults to ok and reports anything else as not ok") {
   moecomp::convergence_info info;
   CHECK(info.ok());
   CHECK(info.status == moecomp::status::ok);
   CHECK(info.iterations == 0);
-  CHECK(info.residual == 0.0);
+  CHECK(info.criterion == 0.0);
   info.status = moecomp::status::iteration_limit;
   info.iterations = 100;
-  info.residual = 1e-3;
+  info.criterion = 1e-3;
   CHECK_FALSE(info.ok());
   info.status = moecomp::status::numerical_error;
   CHECK_FALSE(info.ok());

@@ -60,7 +60,7 @@ run_output<T> run_uniform(const host_matrix<T>& measures, index_t k, const std::
                           const host_matrix<T>& init, ot::free_support_barycenter_params params = {},
                           int threads = 0) {
   run_output<T> out{host_matrix<T>(init.rows(), init.cols()), host_matrix<index_t>(k, init.rows()), {}};
-  out.result = ot::free_support_barycenter(host_context(threads), params, measures.view(), k,
+  out.result = ot::free_support_barycenter(host_context(threads), params, split_rows(measures.view(), k),
                                            vector_view<const double>(weights.data(), k), init.view(),
                                            out.barycenter.view(), out.permutations.view());
   return out;
@@ -148,7 +148,7 @@ TEST_CASE("free_support_barycenter: one cloud is its own barycenter") {
   const auto out = run_uniform(x, 1, {1.0}, x);
   CHECK(out.result.status == moecomp::status::ok);
   CHECK(out.result.iterations == 1);
-  CHECK(out.result.displacement == 0.0);
+  CHECK(out.result.criterion == 0.0);
   CHECK(out.result.objective == 0.0);
   for (index_t i = 0; i < x.rows(); ++i) {
     CHECK(out.permutations(0, i) == i);
@@ -253,11 +253,11 @@ TEST_CASE("free_support_barycenter: returned permutations are optimal for the re
     CHECK(out.result.iterations <= max_iterations);
     if (max_iterations == 1) {
       CHECK(out.result.status == moecomp::status::iteration_limit);
-      CHECK(out.result.displacement > 0.0);
+      CHECK(out.result.criterion > 0.0);
     }
     if (max_iterations == 100) {
       CHECK(out.result.status == moecomp::status::ok);
-      CHECK(out.result.displacement == 0.0);
+      CHECK(out.result.criterion == 0.0);
     }
     check_permutations_optimal(measures, k, out, w);
   }
@@ -289,7 +289,7 @@ TEST_CASE("free_support_barycenter: tolerance stops at POT's rule") {
   const auto out = run_uniform(measures, k, w, init, loose);
   CHECK(out.result.iterations == 1);
   CHECK(out.result.status == moecomp::status::ok);
-  CHECK(out.result.displacement > 0.0);
+  CHECK(out.result.criterion > 0.0);
   check_permutations_optimal(measures, k, out, w);
 }
 
@@ -322,7 +322,8 @@ TEST_CASE("free_support_barycenter: bit-identical for any thread count, with and
   }
   host_matrix<double> b(n, d);
   host_matrix<index_t> p(k, n);
-  const auto uniform = ot::free_support_barycenter(host_context(2), {}, measures.view(), k, init.view(), b.view(), p.view());
+  const auto uniform = ot::free_support_barycenter(host_context(2), {}, split_rows(measures.view(), k), init.view(), b.view(),
+                                                    p.view());
   CHECK(uniform.objective == reference.result.objective);
   CHECK(p.storage() == reference.permutations.storage());
 }
@@ -344,12 +345,12 @@ TEST_CASE_TEMPLATE("free_support_barycenter: bit-identical at 1, 2, 3 and 7 thre
     moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
       host_matrix<T> b(n, d), uniform_b(n, d);
       host_matrix<index_t> p(k, n), uniform_p(k, n);
-      const auto r = ot::free_support_barycenter(ctx, {}, measures.view(), k, vector_view<const double>(w.data(), k),
+      const auto r = ot::free_support_barycenter(ctx, {}, split_rows(measures.view(), k), vector_view<const double>(w.data(), k),
                                                  init.view(), b.view(), p.view());
       CHECK(r.status == moecomp::status::ok);
-      const auto u = ot::free_support_barycenter(ctx, {}, measures.view(), k, init.view(), uniform_b.view(),
+      const auto u = ot::free_support_barycenter(ctx, {}, split_rows(measures.view(), k), init.view(), uniform_b.view(),
                                                  uniform_p.view());
-      return std::make_tuple(b.storage(), p.storage(), r.objective, r.iterations, r.displacement, r.status,
+      return std::make_tuple(b.storage(), p.storage(), r.objective, r.iterations, r.criterion, r.status,
                              uniform_b.storage(), uniform_p.storage(), u.objective, u.iterations);
     });
   }
@@ -386,7 +387,7 @@ TEST_CASE_TEMPLATE("free_support_barycenter_weighted: bit-identical at 1, 2, 3 a
                                                            vector_view<const double>(w.data(), k), init.view(),
                                                            vector_view<const double>(b_mass.data(), m), b.view());
     CHECK(r.status == moecomp::status::ok);
-    return std::make_tuple(b.storage(), r.objective, r.iterations, r.displacement, r.status);
+    return std::make_tuple(b.storage(), r.objective, r.iterations, r.criterion, r.status);
   });
 }
 
@@ -493,23 +494,27 @@ TEST_CASE("free_support_barycenter: bad input") {
   host_matrix<double> b(n, d);
   host_matrix<index_t> p(k, n);
   const std::vector<double> w = {0.5, 0.5};
+  // The clouds come as a stack of k matrices of n x d (here k row blocks of one (k n) x d matrix).
   auto call = [&](const host_matrix<double>& x, index_t kk, const std::vector<double>& ww, const host_matrix<double>& x0,
                   host_matrix<double>& out, host_matrix<index_t>& perms, ot::free_support_barycenter_params params = {}) {
     return thrown_message([&] {
-      ot::free_support_barycenter(host_context(), params, x.view(), kk,
+      const auto clouds = kk == 0 ? moecomp::matrix_stack_view<const double>(nullptr, 0, n, d)
+                                  : split_rows(x.view(), kk);
+      ot::free_support_barycenter(host_context(), params, clouds,
                                   vector_view<const double>(ww.data(), static_cast<index_t>(ww.size())), x0.view(),
                                   out.view(), perms.view());
     });
   };
-  CHECK(call(measures, 3, {0.3, 0.3, 0.4}, init, b, p).find("measures must be (k * n) x d = 15 x 3") !=
+  const auto short_clouds = random_points<double>(k * (n - 1), d, 17);
+  CHECK(call(short_clouds, k, w, init, b, p).find("measures must be clouds of init's shape 5 x 3, got 2 of 4 x 3") !=
         std::string::npos);
-  CHECK(call(measures, 0, {}, init, b, p).find("k (number of clouds) must be >= 1, got 0") != std::string::npos);
+  CHECK(call(measures, 0, {}, init, b, p).find("measures must hold at least one cloud, got 0") != std::string::npos);
   CHECK(call(measures, k, {0.5}, init, b, p).find("weights must have k = 2 entries, got 1") != std::string::npos);
   CHECK(call(measures, k, {1.5, -0.5}, init, b, p).find("weights must be finite and >= 0, got -0.5 at index 1") !=
         std::string::npos);
   CHECK(call(measures, k, {0.5, 0.6}, init, b, p).find("weights must sum to 1") != std::string::npos);
   const auto wide_init = random_points<double>(n, d + 1, 16);
-  CHECK(call(measures, k, w, wide_init, b, p).find("measures must be (k * n) x d = 10 x 4") != std::string::npos);
+  CHECK(call(measures, k, w, wide_init, b, p).find("measures must be clouds of init's shape 5 x 4, got 2 of 5 x 3") != std::string::npos);
   host_matrix<double> small_b(n - 1, d);
   CHECK(call(measures, k, w, init, small_b, p).find("barycenter must be 5 x 3 like init, got 4 x 3") !=
         std::string::npos);
@@ -523,7 +528,7 @@ TEST_CASE("free_support_barycenter: bad input") {
   bad.tolerance = std::nan("");
   CHECK(call(measures, k, w, init, b, p, bad).find("params.tolerance must be >= 0") != std::string::npos);
   measures(7, 1) = std::nan("");
-  CHECK(call(measures, k, w, init, b, p).find("measures must be finite, got nan at (7, 1)") != std::string::npos);
+  CHECK(call(measures, k, w, init, b, p).find("measures[1] must be finite, got nan at (2, 1)") != std::string::npos);
   measures(7, 1) = 0.0;
   init(2, 2) = std::numeric_limits<double>::infinity();
   CHECK(call(measures, k, w, init, b, p).find("init must be finite, got inf at (2, 2)") != std::string::npos);

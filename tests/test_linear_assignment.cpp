@@ -384,9 +384,8 @@ TEST_CASE("linear_assignment_batched: equals one-by-one, for every thread count"
       CAPTURE(threads);
       std::vector<index_t> cols(static_cast<std::size_t>(batch * n), -9);
       std::vector<ot::linear_assignment_result> results(static_cast<std::size_t>(batch));
-      ot::linear_assignment_batched(host_context(threads), p, costs.const_view(), batch,
-                                    make_vector_view(cols.data(), batch * n),
-                                    make_vector_view(results.data(), batch));
+      ot::linear_assignment_batched(host_context(threads), p, split_rows(costs.const_view(), batch),
+                                    make_matrix_view(cols.data(), batch, n), make_vector_view(results.data(), batch));
       CHECK(cols == expected);
       for (index_t b = 0; b < batch; ++b) {
         CHECK(results[static_cast<std::size_t>(b)].cost == expected_results[static_cast<std::size_t>(b)].cost);
@@ -395,12 +394,11 @@ TEST_CASE("linear_assignment_batched: equals one-by-one, for every thread count"
     }
   }
   // batch 0, and problems with no rows
-  const host_matrix<double> none(0, 3);
-  ot::linear_assignment_batched(host_context(2), {}, none.view(), 0, vector_view<index_t>(),
-                                vector_view<ot::linear_assignment_result>());
+  ot::linear_assignment_batched(host_context(2), {}, moecomp::matrix_stack_view<const double>(nullptr, 0, 0, 3),
+                                matrix_view<index_t>(), vector_view<ot::linear_assignment_result>());
   std::vector<ot::linear_assignment_result> results(4);
-  ot::linear_assignment_batched(host_context(2), {}, none.view(), 4, vector_view<index_t>(),
-                                make_vector_view(results.data(), 4));
+  ot::linear_assignment_batched(host_context(2), {}, moecomp::matrix_stack_view<const double>(nullptr, 4, 0, 3),
+                                matrix_view<index_t>(nullptr, 4, 0), make_vector_view(results.data(), 4));
   CHECK(results[3].cost == 0.0);
 }
 
@@ -443,7 +441,7 @@ TEST_CASE_TEMPLATE("linear_assignment: bit-identical at 1, 2, 3 and 7 threads", 
       moecomp_test::check_same_at_thread_counts([&](const host_context& ctx) {
         std::vector<index_t> cols(static_cast<std::size_t>(batch * n), -7);
         std::vector<ot::linear_assignment_result> results(static_cast<std::size_t>(batch));
-        ot::linear_assignment_batched(ctx, p, costs.view(), batch, make_vector_view(cols.data(), batch * n),
+        ot::linear_assignment_batched(ctx, p, split_rows(costs.view(), batch), make_matrix_view(cols.data(), batch, n),
                                       make_vector_view(results.data(), batch));
         std::vector<double> cost;
         std::vector<status> outcome;
@@ -533,11 +531,11 @@ TEST_CASE("linear_assignment: bad input is rejected with a message naming it") {
         }) == "linear_assignment: column_potential(1) is inf; a warm start needs finite potentials");
   std::vector<ot::linear_assignment_result> results(2);
   CHECK(thrown_message([&] {
-          ot::linear_assignment_batched(ctx, {}, c.view(), 2, make_vector_view(cols.data(), 3),
+          ot::linear_assignment_batched(ctx, {}, split_rows(c.view(), 3), make_matrix_view(cols.data(), 3, 1),
                                         make_vector_view(results.data(), 2));
-        }) == "linear_assignment_batched: costs must have batch n rows (batch = 2), got 3 rows");
+        }) == "linear_assignment_batched: results must have 3 entries (one per cost matrix), got 2");
   CHECK(thrown_message([&] {
-          ot::linear_assignment_batched(ctx, {}, c.view(), 3, make_vector_view(cols.data(), 3),
-                                        make_vector_view(results.data(), 2));
-        }) == "linear_assignment_batched: results must have length batch = 3, got 2");
+          ot::linear_assignment_batched(ctx, {}, split_rows(c.view(), 3), make_matrix_view(cols.data(), 1, 3),
+                                        make_vector_view(results.data(), 3));
+        }) == "linear_assignment_batched: row_to_column must be 3 x 1 (batch x n), got 1 x 3");
 }

@@ -616,4 +616,10 @@ int conclude(const arguments& args, output_files& outputs, json_summary summary,
   return 0;
 }
 
+std::string name_the_option(const std::string& message, std::initializer_list<option_parameter> options) {
+  for (const option_parameter& o : options)
+    if (message.find(std::string(o.parameter) + " ") != std::string::npos) return std::string("option ") + o.option + ": " + message;
+  return message;
+}
+
 }  // namespace moecomp_cli

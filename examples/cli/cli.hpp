@@ -6,6 +6,7 @@
 #include <moecomp/moecomp.hpp>
 
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -54,6 +55,17 @@ class arguments {
   std::map<std::string, bool> flags_;
   bool help_ = false;
 };
+
+/// Which option sets which library parameter ({"--reg", "params.reg"}). The library checks parameter values
+/// once; the tool does not check them again, it names the option in the library's message.
+struct option_parameter {
+  const char* option;
+  const char* parameter;
+};
+
+/// A library invalid_argument message, with "option --reg: " in front when it is about a parameter that one
+/// of `options` sets (the library names parameters "params.<name>").
+std::string name_the_option(const std::string& message, std::initializer_list<option_parameter> options);
 
 /// Computation precision: --dtype if given, else the input's.
 enum class precision { float32, float64 };

@@ -39,8 +39,8 @@ assign_outcome run_assign(const arguments& args, const moecomp::io::npy_array& i
       out.seconds = timer.seconds();
       out.cost = r.cost;
       out.status = r.status;
-      out.gap_bound = r.gap_bound;
-      out.bids = static_cast<long long>(r.bids);
+      out.gap_bound = r.criterion;
+      out.bids = static_cast<long long>(r.iterations);
       out.phases = r.phases;
     } else {
       ot::linear_assignment_params p;

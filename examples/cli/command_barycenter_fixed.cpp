@@ -31,24 +31,25 @@ int run_barycenter_fixed(const arguments& args, output_files& outputs,
 
   ot::fixed_support_barycenter_params params;
   if (!args.value("--reg")) throw usage_error("option --reg: required (absolute regularisation, > 0)");
+  // Values are checked by the library (once); its message is given the option's name below.
   params.reg = args.number("--reg", 0.0);
-  if (!(std::isfinite(params.reg) && params.reg > 0))
-    throw usage_error("option --reg: expected a finite number > 0, got " + args.value_or("--reg", ""));
-  const long long max_iter = args.integer("--max-iter", 10000);
-  if (max_iter < 1) throw usage_error("option --max-iter: expected an integer >= 1, got " + std::to_string(max_iter));
-  params.max_iterations = max_iter;
+  params.max_iterations = args.integer("--max-iter", 10000);
   params.tolerance = args.number("--tol", 1e-4);
-  if (!(std::isfinite(params.tolerance) && params.tolerance >= 0))
-    throw usage_error("option --tol: expected a finite number >= 0, got " + args.value_or("--tol", ""));
   params.log_domain = args.flag("--log-domain");
   const host_context ctx = make_context(args);
 
   std::vector<T> weights_t(weights.begin(), weights.end());
   host_vector<T> barycenter(n);
   const stopwatch timer;
-  const ot::fixed_support_barycenter_result result =
-      ot::fixed_support_barycenter(ctx, params, histograms.const_view(), cost.const_view(),
-                                   vector_view<const T>(weights_t.data(), k), barycenter.view());
+  ot::fixed_support_barycenter_result result;
+  try {
+    result = ot::fixed_support_barycenter(ctx, params, histograms.const_view(), cost.const_view(),
+                                          vector_view<const T>(weights_t.data(), k), barycenter.view());
+  } catch (const invalid_argument& e) {
+    throw usage_error(name_the_option(e.what(), {{"--reg", "params.reg"},
+                                                 {"--max-iter", "params.max_iterations"},
+                                                 {"--tol", "params.tolerance"}}));
+  }
   const double seconds = timer.seconds();
   outputs.stage("-o", barycenter.const_view());
   return conclude(args, outputs, json_summary()
@@ -58,8 +59,8 @@ int run_barycenter_fixed(const arguments& args, output_files& outputs,
                    .add("dtype", std::string(std::is_same_v<T, float> ? "float32" : "float64"))
                    .add("log_domain", params.log_domain)
                    .add("iterations", static_cast<long long>(result.iterations))
-                   .add("residual", result.residual)
-                   .add("converged", result.converged)
+                   .add("residual", result.criterion)
+                   .add("converged", result.ok())
                    .add("seconds", seconds),
                   result.status, "barycenter-fixed",
                   result.status == moecomp::status::numerical_error

@@ -51,20 +51,22 @@ int run_barycenter(const arguments& args, output_files& outputs, moecomp::io::np
     init = init_storage.const_view();
   }
   ot::free_support_barycenter_params params;
-  const long long max_iter = args.integer("--max-iter", 100);
-  if (max_iter < 1) throw usage_error("option --max-iter: expected an integer >= 1, got " + std::to_string(max_iter));
-  params.max_iterations = max_iter;
+  // Values are checked by the library (once); its message is given the option's name below.
+  params.max_iterations = args.integer("--max-iter", 100);
   params.tolerance = args.number("--tol", 1e-7);
-  if (!(params.tolerance >= 0.0))
-    throw usage_error("option --tol: expected a number >= 0, got " + args.value_or("--tol", ""));
   const host_context ctx = make_context(args);
 
   host_matrix<T> barycenter(n, d);
   host_matrix<index_t> permutations(k, n);
   const stopwatch timer;
-  const ot::free_support_barycenter_result result = ot::free_support_barycenter<T>(
-      ctx, params, measures.const_view(), k, vector_view<const double>(weights.data(), k), init,
-      barycenter.view(), permutations.view());
+  ot::free_support_barycenter_result result;
+  try {
+    result = ot::free_support_barycenter<T>(ctx, params, split_rows(measures.const_view(), k),
+                                            vector_view<const double>(weights.data(), k), init, barycenter.view(),
+                                            permutations.view());
+  } catch (const invalid_argument& e) {
+    throw usage_error(name_the_option(e.what(), {{"--max-iter", "params.max_iterations"}, {"--tol", "params.tolerance"}}));
+  }
   const double seconds = timer.seconds();
   outputs.stage("--perms", permutations.const_view());
   outputs.stage("-o", barycenter.const_view());
@@ -76,7 +78,7 @@ int run_barycenter(const arguments& args, output_files& outputs, moecomp::io::np
                    .add("dtype", std::string(std::is_same_v<T, float> ? "float32" : "float64"))
                    .add("objective", result.objective)
                    .add("iterations", static_cast<long long>(result.iterations))
-                   .add("displacement", result.displacement)
+                   .add("displacement", result.criterion)
                    .add("seconds", seconds),
                   result.status, "barycenter-free", "more --max-iter or a larger --tol");
 }

@@ -56,9 +56,8 @@ int run_emd(const arguments& args, output_files& outputs, const std::vector<moec
       }
 
   ot::emd_params params;
-  const long long max_iter = args.integer("--max-iter", static_cast<long long>(params.max_iterations));
-  if (max_iter < 0) throw usage_error("option --max-iter: expected an integer >= 0, got " + std::to_string(max_iter));
-  params.max_iterations = max_iter;
+  // Checked by the library (once); its message is given the option's name below.
+  params.max_iterations = args.integer("--max-iter", static_cast<long long>(params.max_iterations));
   const auto duals = args.value("--duals");
   const bool sparse = args.flag("--sparse");
   const host_context ctx = make_context(args);
@@ -90,9 +89,10 @@ int run_emd(const arguments& args, output_files& outputs, const std::vector<moec
       seconds = timer.seconds();
     }
   } catch (const invalid_argument& e) {
-    // The library names a, b and cost; say which files those are.
-    throw usage_error(std::string(e.what()) + " (a = " + paths[0] + ", b = " + paths[1] + ", cost = " + paths[2] +
-                      ")");
+    // The library names a, b and cost; say which files those are (or which option a parameter came from).
+    const std::string message = name_the_option(e.what(), {{"--max-iter", "params.max_iterations"}});
+    if (message != e.what()) throw usage_error(message);
+    throw usage_error(message + " (a = " + paths[0] + ", b = " + paths[1] + ", cost = " + paths[2] + ")");
   }
   if (result.status == moecomp::status::infeasible)
     throw usage_error(paths[2] + ": no feasible plan: the +inf (forbidden) entries leave some mass of a with no "
@@ -123,7 +123,7 @@ int run_emd(const arguments& args, output_files& outputs, const std::vector<moec
                    .add("nonzeros", static_cast<long long>(result.nonzeros))
                    .add("seconds", seconds),
                   result.status, "emd",
-                  "the pivot limit (--max-iter " + std::to_string(max_iter) +
+                  "the pivot limit (--max-iter " + std::to_string(params.max_iterations) +
                       ") was reached: the plan is feasible but not proven optimal");
 }
 

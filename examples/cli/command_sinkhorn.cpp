@@ -39,26 +39,16 @@ int run_sinkhorn(const arguments& args, output_files& outputs, const std::vector
   ot::sinkhorn_params params;
   if (!args.value("--reg")) throw usage_error("option --reg: required (absolute regularisation, > 0)");
   params.reg = args.number("--reg", 0.0);
-  if (!(std::isfinite(params.reg) && params.reg > 0))
-    throw usage_error("option --reg: expected a finite number > 0, got " + args.value_or("--reg", ""));
   try {
     params.method = ot::parse_sinkhorn_method(args.value_or("--method", "plain"));
   } catch (const invalid_argument& e) {
     throw usage_error(std::string("option --") + e.what());
   }
-  const long long max_iter = args.integer("--max-iter", 1000);
-  if (max_iter < 1) throw usage_error("option --max-iter: expected an integer >= 1, got " + std::to_string(max_iter));
-  params.max_iterations = max_iter;
+  // Values are checked by the library (once); its message is given the option's name below.
+  params.max_iterations = args.integer("--max-iter", 1000);
   params.tolerance = args.number("--tol", 1e-9);
-  if (!(std::isfinite(params.tolerance) && params.tolerance >= 0))
-    throw usage_error("option --tol: expected a finite number >= 0, got " + args.value_or("--tol", ""));
-  // Absent: the library's default 0, POT's period for the method (20 for stabilized, else 10).
-  if (args.value("--check-every")) {
-    const long long check_every = args.integer("--check-every", 0);
-    if (check_every < 1)
-      throw usage_error("option --check-every: expected an integer >= 1, got " + std::to_string(check_every));
-    params.check_every = check_every;
-  }
+  // Absent or 0: POT's period for the method (20 for stabilized, else 10).
+  params.check_every = args.integer("--check-every", 0);
   const host_context ctx = make_context(args);
 
   outputs.require_space("-o", static_cast<double>(a.size()) * static_cast<double>(b.size()) * sizeof(T) + 128);
@@ -69,8 +59,12 @@ int run_sinkhorn(const arguments& args, output_files& outputs, const std::vector
     result = ot::sinkhorn(ctx, params, vector_view<const T>(a.data(), a.size()),
                           vector_view<const T>(b.data(), b.size()), cost.const_view(), plan.view());
   } catch (const invalid_argument& e) {
-    throw usage_error(std::string(e.what()) + " (a = " + paths[0] + ", b = " + paths[1] + ", cost = " + paths[2] +
-                      ")");
+    const std::string message = name_the_option(e.what(), {{"--reg", "params.reg"},
+                                                           {"--max-iter", "params.max_iterations"},
+                                                           {"--tol", "params.tolerance"},
+                                                           {"--check-every", "params.check_every"}});
+    if (message != e.what()) throw usage_error(message);
+    throw usage_error(message + " (a = " + paths[0] + ", b = " + paths[1] + ", cost = " + paths[2] + ")");
   }
   const double seconds = timer.seconds();
   outputs.stage("-o", plan.const_view());
@@ -82,8 +76,8 @@ int run_sinkhorn(const arguments& args, output_files& outputs, const std::vector
                    .add("method", std::string(ot::to_string(params.method)))
                    .add("cost", result.cost)
                    .add("iterations", static_cast<long long>(result.iterations))
-                   .add("converged", result.converged)
-                   .add("marginal_error", result.marginal_error)
+                   .add("converged", result.ok())
+                   .add("marginal_error", result.criterion)
                    .add("seconds", seconds),
                   result.status, "sinkhorn",
                   result.status == moecomp::status::numerical_error

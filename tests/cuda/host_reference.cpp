@@ -50,7 +50,8 @@ template <class T>
 void host_sinkhorn_batched(const moecomp::ot::sinkhorn_params& params, moecomp::matrix_view<const T> a,
                            moecomp::matrix_view<const T> b, moecomp::matrix_view<const T> costs,
                            moecomp::matrix_view<T> plans, moecomp::vector_view<moecomp::ot::sinkhorn_result> results) {
-  moecomp::ot::sinkhorn_batched(moecomp::host_context(1), params, a, b, costs, plans, results);
+  moecomp::ot::sinkhorn_batched(moecomp::host_context(1), params, a, b, moecomp::split_rows(costs, a.rows()),
+                                moecomp::split_rows(plans, a.rows()), results);
 }
 
 template <class T>
@@ -66,7 +67,7 @@ moecomp::ot::free_support_barycenter_result host_free_support_barycenter(
     const moecomp::ot::free_support_barycenter_params& params, moecomp::matrix_view<const T> measures,
     moecomp::index_t k, moecomp::vector_view<const double> weights, moecomp::matrix_view<const T> init,
     moecomp::matrix_view<T> barycenter, moecomp::matrix_view<moecomp::index_t> permutations) {
-  return moecomp::ot::free_support_barycenter<T>(moecomp::host_context(1), params, measures, k, weights, init,
+  return moecomp::ot::free_support_barycenter<T>(moecomp::host_context(1), params, moecomp::split_rows(measures, k), weights, init,
                                                  barycenter, permutations);
 }
 

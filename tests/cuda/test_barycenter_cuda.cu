@@ -65,7 +65,7 @@ device_answer run_device(const moecomp::cuda_context& ctx, const ot::free_suppor
   moecomp::copy_to_device(ctx, measures.const_view(), x.view(k * n, d));
   device_answer out;
   // init = cloud 0 (ResMoE), as a view into the measures
-  out.result = ot::free_support_barycenter(ctx, params, x.view(k * n, d).as_const(), k,
+  out.result = ot::free_support_barycenter(ctx, params, moecomp::split_rows(x.view(k * n, d).as_const(), k),
                                            moecomp::make_vector_view(weights.data(), k), x.view(n, d).as_const(),
                                            b.view(n, d), p.view(k, n));
   moecomp::host_matrix<T> host_b(n, d);
@@ -161,29 +161,30 @@ TEST_CASE("device barycenter rejects bad arguments before touching the device") 
   double* fake = reinterpret_cast<double*>(256);
   double* other = reinterpret_cast<double*>(1 << 20);
   index_t* fake_index = reinterpret_cast<index_t*>(1 << 24);
-  const auto measures = moecomp::make_device_matrix_view<const double>(fake, 6, 2);  // k = 2, n = 3
+  const auto measures = moecomp::make_device_matrix_stack_view<const double>(fake, 2, 3, 2);  // k = 2, n = 3
   const auto init = moecomp::make_device_matrix_view<const double>(fake, 3, 2);
   const auto barycenter = moecomp::make_device_matrix_view<double>(other, 3, 2);
   const auto permutations = moecomp::make_device_matrix_view<index_t>(fake_index, 2, 3);
   const std::vector<double> w{0.5, 0.5}, bad_w{0.5, 0.6};
   const ot::free_support_barycenter_params params;
   const auto wv = moecomp::make_vector_view(w.data(), 2);
-  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, moecomp::make_device_matrix_view<const double>(fake, 5, 2),
-                                              2, wv, init, barycenter, permutations),
+  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, moecomp::make_device_matrix_stack_view<const double>(fake, 2, 5, 2),
+                                              wv, init, barycenter, permutations),
                   moecomp::invalid_argument);
-  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, 2, wv, init, barycenter,
+  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, wv, init, barycenter,
                                               moecomp::make_device_matrix_view<index_t>(fake_index, 3, 2)),
                   moecomp::invalid_argument);
-  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, 2, moecomp::make_vector_view(bad_w.data(), 2),
+  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, moecomp::make_vector_view(bad_w.data(), 2),
                                               init, barycenter, permutations),
                   moecomp::invalid_argument);
-  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, 2, wv, init,
+  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, wv, init,
                                               moecomp::make_device_matrix_view<double>(fake + 2, 3, 2), permutations),
                   moecomp::invalid_argument);  // overlaps measures
   ot::free_support_barycenter_params zero;
   zero.max_iterations = 0;
-  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, zero, measures, 2, wv, init, barycenter, permutations),
+  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, zero, measures, wv, init, barycenter, permutations),
                   moecomp::invalid_argument);
-  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, measures, 0, init, barycenter, permutations),
+  CHECK_THROWS_AS(ot::free_support_barycenter(ctx, params, moecomp::make_device_matrix_stack_view<const double>(nullptr, 0, 3, 2),
+                                              init, barycenter, permutations),
                   moecomp::invalid_argument);
 }

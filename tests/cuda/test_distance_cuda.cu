@@ -252,11 +252,11 @@ TEST_CASE("the Gram panels depend on n only and bound the condensed workspace") 
   CHECK(dist::pairwise_distances_condensed_workspace_size<float>(params, 100000, 16) <
         (std::size_t(1) << 27) + 100000 * 64 + 100000 * 3 * 8 + 64 * 16 * 8 + 16 * 8 + 8 * 256);
   // nothing to compute, nothing to allocate
-  CHECK(dist::pairwise_distances_workspace_size<float>(params, 0, 5) == 0);
+  CHECK(dist::pairwise_distances_workspace_size<float>(params, 0, 0, 5) == 0);
   CHECK(dist::pairwise_distances_workspace_size<double>(params, 0, 7, 5) == 0);
   CHECK(dist::pairwise_distances_workspace_size<double>(params, 7, 0, 5) == 0);
   CHECK(dist::pairwise_distances_condensed_workspace_size<float>(params, 1, 5) == 0);
-  CHECK(dist::pairwise_distances_workspace_size<float>(params, 1, 5) > 0);
+  CHECK(dist::pairwise_distances_workspace_size<float>(params, 1, 1, 5) > 0);
 }
 
 TEST_CASE_TEMPLATE("device pairwise distances match the host for every metric and form", T, float, double) {
@@ -436,7 +436,7 @@ TEST_CASE_TEMPLATE("a caller's workspace: exact size, any alignment, no allocati
   for (const metric m : all_metrics) {
     dist::pairwise_distance_params params;
     params.metric = m;
-    const std::size_t square_bytes = dist::pairwise_distances_workspace_size<T>(params, n, d);
+    const std::size_t square_bytes = dist::pairwise_distances_workspace_size<T>(params, n, n, d);
     const std::size_t condensed_bytes = dist::pairwise_distances_condensed_workspace_size<T>(params, n, d);
     const std::size_t cross_bytes = dist::pairwise_distances_workspace_size<T>(params, n, m_rows, d);
     // the condensed form keeps a Gram panel in the workspace; the square form writes it into `out`

@@ -85,10 +85,9 @@ ot::sinkhorn_result reference_log(const batch_data<T>& data, index_t p, const ot
         s += std::exp(u[static_cast<std::size_t>(i)] + v[static_cast<std::size_t>(j)] - c(i, j));
       err += (s - static_cast<double>(data.b(p, j))) * (s - static_cast<double>(data.b(p, j)));
     }
-    r.marginal_error = std::sqrt(err);
-    if (r.marginal_error < params.tolerance) {
+    r.criterion = std::sqrt(err);
+    if (r.criterion < params.tolerance) {
       r.status = moecomp::status::ok;
-      r.converged = true;
       ++it;
       break;
     }
@@ -121,7 +120,8 @@ device_run<T> run_device(const moecomp::cuda_context& ctx, const batch_data<T>& 
   device_run<T> out{moecomp::host_matrix<T>(data.batch * data.n, data.m),
                     std::vector<ot::sinkhorn_result>(static_cast<std::size_t>(data.batch))};
   ot::sinkhorn_batched(ctx, params, a.view(data.batch, data.n).as_const(), b.view(data.batch, data.m).as_const(),
-                       costs.view(data.batch * data.n, data.m).as_const(), plans.view(data.batch * data.n, data.m),
+                       moecomp::split_rows(costs.view(data.batch * data.n, data.m).as_const(), data.batch),
+                       moecomp::split_rows(plans.view(data.batch * data.n, data.m), data.batch),
                        moecomp::make_vector_view(out.results.data(), data.batch));
   moecomp::copy_to_host(ctx, plans.view(data.batch * data.n, data.m).as_const(), out.plans.view());
   REQUIRE(cudaStreamSynchronize(ctx.stream) == cudaSuccess);
@@ -154,7 +154,7 @@ TEST_CASE_TEMPLATE("device batched log Sinkhorn equals POT's sinkhorn_log", T, f
       const ot::sinkhorn_result want = reference_log(data, p, params, plan);
       const ot::sinkhorn_result& r = got.results[static_cast<std::size_t>(p)];
       CHECK(r.iterations == want.iterations);
-      CHECK(r.converged == want.converged);
+      CHECK(r.ok() == want.ok());
       CHECK(r.status == want.status);
       CHECK(std::fabs(r.cost - want.cost) <= tol * std::fabs(want.cost) + 1e-12);
       for (index_t i = 0; i < n; ++i)
@@ -184,7 +184,7 @@ TEST_CASE_TEMPLATE("device batched Sinkhorn equals the host's log method", T, fl
       const auto& r = got.results[static_cast<std::size_t>(p)];
       const auto& h = host_results[static_cast<std::size_t>(p)];
       CHECK(r.iterations == h.iterations);
-      CHECK(r.converged == h.converged);
+      CHECK(r.ok() == h.ok());
       CHECK(std::fabs(r.cost - h.cost) <= tol * std::fabs(h.cost));
     }
     double worst = 0;
@@ -207,8 +207,8 @@ TEST_CASE("device Sinkhorn: iteration limit, determinism, device results, single
   for (const auto& r : limited.results) {
     CHECK(r.status == moecomp::status::iteration_limit);
     CHECK(r.iterations == 3);
-    CHECK_FALSE(r.converged);
-    CHECK(r.marginal_error > 0);
+    CHECK_FALSE(r.ok());
+    CHECK(r.criterion > 0);
   }
 
   params = log_params(0.05);
@@ -228,7 +228,8 @@ TEST_CASE("device Sinkhorn: iteration limit, determinism, device results, single
   moecomp::copy_to_device(ctx, data.costs.const_view(), costs.view(data.batch * data.n, data.m));
   moecomp::device_buffer<ot::sinkhorn_result> device_results(ctx, data.batch);
   ot::sinkhorn_batched(ctx, params, a.view(data.batch, data.n), b.view(data.batch, data.m),
-                       costs.view(data.batch * data.n, data.m), plans.view(data.batch * data.n, data.m),
+                       moecomp::split_rows(costs.view(data.batch * data.n, data.m), data.batch),
+                       moecomp::split_rows(plans.view(data.batch * data.n, data.m), data.batch),
                        device_results.view());
   std::vector<ot::sinkhorn_result> copied(static_cast<std::size_t>(data.batch));
   moecomp::copy_to_host(ctx, device_results.view().as_const(), moecomp::make_vector_view(copied.data(), data.batch));
@@ -252,12 +253,12 @@ TEST_CASE("device Sinkhorn rejects bad shapes and parameters before touching the
   double* fake = reinterpret_cast<double*>(256);
   const auto a = moecomp::make_device_matrix_view<const double>(fake, 2, 3);
   const auto b = moecomp::make_device_matrix_view<const double>(fake, 2, 4);
-  const auto costs = moecomp::make_device_matrix_view<const double>(fake, 6, 4);
-  const auto plans = moecomp::make_device_matrix_view<double>(fake, 6, 4);
+  const auto costs = moecomp::make_device_matrix_stack_view<const double>(fake, 2, 3, 4);
+  const auto plans = moecomp::make_device_matrix_stack_view<double>(fake, 2, 3, 4);
   std::vector<ot::sinkhorn_result> results(2);
   const auto rv = moecomp::make_vector_view(results.data(), 2);
   auto params = log_params(0.1);
-  CHECK_THROWS_AS(ot::sinkhorn_batched(ctx, params, a, b, moecomp::make_device_matrix_view<const double>(fake, 5, 4),
+  CHECK_THROWS_AS(ot::sinkhorn_batched(ctx, params, a, b, moecomp::make_device_matrix_stack_view<const double>(fake, 2, 5, 4),
                                        plans, rv),
                   moecomp::invalid_argument);
   CHECK_THROWS_AS(ot::sinkhorn_batched(ctx, params, a, moecomp::make_device_matrix_view<const double>(fake, 3, 4),

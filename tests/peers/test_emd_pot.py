@@ -168,7 +168,7 @@ def main():
         pa, pb, pM = c.save(a, b, M)
         bad_b = c.path("bad_b.npy")
         np.save(bad_b, b * 1.5)
-        c.expect_error("unequal masses", ["emd", pa, bad_b, pM], "equal sums", "sum(b) = 1.5")
+        c.expect_error("unequal masses", ["emd", pa, bad_b, pM], "equal total mass", "sum(b) = 1.5")
         neg = c.path("neg.npy")
         np.save(neg, np.array([0.5, -0.25, 0.5, 0.25]))
         c.expect_error("negative mass", ["emd", neg, pb, pM], "neg.npy", "element 1", "-0.25")
@@ -189,7 +189,7 @@ def main():
         Mi[1, :] = np.inf
         np.save(infM, Mi)
         c.expect_error("infeasible (+inf row)", ["emd", pa, pb, infM], "infM.npy", "no feasible plan")
-        c.expect_error("unequal masses, existing output untouched", ["emd", pa, bad_b, pM], "equal sums",
+        c.expect_error("unequal masses, existing output untouched", ["emd", pa, bad_b, pM], "equal total mass",
                        existing=True)
         c.expect_error("bad --max-iter", ["emd", pa, pb, pM, "--max-iter", "-1"], "--max-iter")
 

@@ -7,11 +7,11 @@
 // allocator and its thread count is not used. Every function validates Z first (validate_linkage).
 // Labels are 0-based and numbered by first appearance: point 0 has label 0, the next point in a new cluster
 // has label 1, and so on.
-#include <moecomp/cluster/detail/fcluster_host.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/distance_types.hpp>
+#include <moecomp/cluster/detail/fcluster_host.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -6,10 +6,10 @@
 // A grouping is a label vector of n values in [0, k) in which every value 0 .. k-1 is used (k = max + 1):
 // what fcluster_maxclust, fcluster_distance and relabel_by_first_appearance produce. Host-only serial
 // bookkeeping; the context supplies the workspace allocator and its thread count is not used.
-#include <moecomp/cluster/detail/fcluster_host.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/cluster/detail/fcluster_host.hpp>
 
 #include <algorithm>
 #include <cmath>

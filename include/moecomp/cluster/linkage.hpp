@@ -4,7 +4,6 @@
 // moecomp::distance), a condensed distance vector, or a square distance matrix; or points in O(n d) memory
 // for single, ward, centroid and median. Output: scipy's (n - 1) x 4 linkage matrix Z (see
 // linkage_types.hpp). Documentation: docs/cluster.md.
-#include <moecomp/cluster/detail/linkage_low_memory.hpp>
 #include <moecomp/cluster/linkage_from_distances.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/core/context.hpp>
@@ -12,6 +11,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
 #include <moecomp/distance/distance_types.hpp>
+#include <moecomp/cluster/detail/linkage_low_memory.hpp>
 
 #include <algorithm>
 #include <type_traits>

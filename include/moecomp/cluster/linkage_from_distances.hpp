@@ -2,16 +2,16 @@
 // Agglomerative hierarchical clustering of a distance matrix (condensed or square) on the host: the part of
 // <moecomp/cluster/linkage.hpp> that needs no distance computation, and therefore no Eigen. The CUDA
 // overload (<moecomp/cuda/cluster/linkage.cuh>) includes this header alone. Documentation: docs/cluster.md.
+#include <moecomp/cluster/linkage_types.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/distance/distance_types.hpp>
 #include <moecomp/cluster/detail/linkage_common.hpp>
 #include <moecomp/cluster/detail/linkage_generic.hpp>
 #include <moecomp/cluster/detail/linkage_mst.hpp>
 #include <moecomp/cluster/detail/linkage_nn_chain.hpp>
-#include <moecomp/cluster/linkage_types.hpp>
-#include <moecomp/core/context.hpp>
 #include <moecomp/core/detail/range_scaling.hpp>
-#include <moecomp/core/host_buffer.hpp>
-#include <moecomp/core/views.hpp>
-#include <moecomp/distance/distance_types.hpp>
 
 #include <algorithm>
 #include <cmath>

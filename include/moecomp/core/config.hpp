@@ -2,6 +2,10 @@
 // Compiler and build-mode switches shared by every moecomp header. Plain C++17: no CUDA header here.
 #include <moecomp/version.hpp>
 
+// Every public header includes this one before any detail/ header; detail headers refuse to come first
+// (core/detail/internal_header.hpp).
+#define MOECOMP_PUBLIC_HEADER_INCLUDED 1
+
 // Versioned inline namespace (as CCCL does): two copies of moecomp of different versions linked into one
 // program do not collide, and user code keeps writing moecomp::.
 #define MOECOMP_ABI_NAMESPACE v0_1

@@ -14,7 +14,7 @@
 
 #include <charconv>
 #include <cstdint>
-#include <sstream>
+#include <string_view>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -89,21 +89,43 @@ std::string shortest_text(F value) {
   return std::string(text, written.ptr);
 }
 
-template <class T>
-decltype(auto) message_part(T&& value) {
-  if constexpr (std::is_floating_point_v<std::decay_t<T>>)
-    return shortest_text(value);
-  else
-    return std::forward<T>(value);
+/// An unsigned integer in lower-case hexadecimal, without prefix (addresses in messages).
+inline std::string hex_text(std::uint64_t value) {
+  char text[24];
+  const std::to_chars_result written = std::to_chars(text, text + sizeof text, value, 16);
+  return std::string(text, written.ptr);
 }
 
-/// Concatenates its arguments with operator<< into one message; floating-point values in shortest
-/// round-trip form.
+/// Appends one message part: text as is, integers in decimal, floating-point values in shortest round-trip
+/// form, bool as 1 / 0 (as operator<< would). Written with std::to_chars rather than <sstream>, which every
+/// header would otherwise pull in.
+template <class T>
+void append_message_part(std::string& out, const T& value) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_same_v<U, bool>) {
+    out += value ? '1' : '0';
+  } else if constexpr (std::is_same_v<U, char>) {
+    out += value;
+  } else if constexpr (std::is_floating_point_v<U>) {
+    out += shortest_text(value);
+  } else if constexpr (std::is_integral_v<U>) {
+    char text[24];
+    const std::to_chars_result written = std::to_chars(text, text + sizeof text, value);
+    out.append(text, written.ptr);
+  } else if constexpr (std::is_convertible_v<const U&, std::string_view>) {
+    out += std::string_view(value);
+  } else {
+    static_assert(std::is_convertible_v<const U&, std::string_view>,
+                  "moecomp::detail::concat: message parts are text, integers, floating-point values or bool");
+  }
+}
+
+/// Concatenates its arguments into one message; floating-point values in shortest round-trip form.
 template <class... Args>
-std::string concat(Args&&... args) {
-  std::ostringstream out;
-  (out << ... << message_part(std::forward<Args>(args)));
-  return out.str();
+std::string concat(const Args&... args) {
+  std::string out;
+  (append_message_part(out, args), ...);
+  return out;
 }
 
 #if !defined(MOECOMP_NO_EXCEPTIONS)

@@ -4,6 +4,8 @@
 // residual, never as an exception and never silently. Exceptions are for misuse only (error.hpp).
 #include <moecomp/core/config.hpp>
 
+#include <cstdint>
+
 MOECOMP_NAMESPACE_BEGIN
 
 enum class status {
@@ -27,11 +29,17 @@ inline const char* to_string(status s) noexcept {
   return "unknown";
 }
 
-/// Common tail of the result struct of every iterative algorithm.
+/// What every iterative algorithm reports: the result struct of each one derives from it, so
+/// `result.status`, `result.iterations`, `result.criterion` and `result.ok()` read the same everywhere.
+/// Each result's documentation says what one iteration and the criterion are for that algorithm.
 struct convergence_info {
+  /// ok when the stopping rule held (or the problem was solved exactly); otherwise why it stopped.
   moecomp::status status = moecomp::status::ok;
-  int iterations = 0;
-  double residual = 0.0;  // the quantity the stopping rule tests, at the last iteration
+  /// Iterations performed, in the algorithm's own unit (Sinkhorn sweeps, simplex pivots, auction bids, ...).
+  std::int64_t iterations = 0;
+  /// The quantity the stopping rule tests, at its last evaluation (a marginal error, a displacement, a
+  /// duality-gap bound, ...).
+  double criterion = 0.0;
   bool ok() const noexcept { return status == moecomp::status::ok; }
 };
 

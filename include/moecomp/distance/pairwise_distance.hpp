@@ -5,9 +5,9 @@
 // <moecomp/cuda/distance/pairwise_distance.cuh>. Documentation: docs/distance.md.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/distance/distance_types.hpp>
 #include <moecomp/distance/detail/pairwise_distance_host.hpp>
 #include <moecomp/distance/detail/shape_checks.hpp>
-#include <moecomp/distance/distance_types.hpp>
 
 #include <memory>
 #include <type_traits>

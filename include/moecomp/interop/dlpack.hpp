@@ -204,7 +204,7 @@ T* checked_dlpack_data(const char* function, const DLTensor& tensor, int expecte
   const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(tensor.data) + tensor.byte_offset;
   MOECOMP_EXPECTS(address % alignof(T) == 0, function, ": DLTensor data + byte_offset (", tensor.byte_offset,
                   ") must be aligned to ", alignof(T), " bytes for ", dlpack_dtype_string(expected, false),
-                  ", got address 0x", std::hex, address);
+                  ", got address 0x", moecomp::detail::hex_text(address));
   if (tensor.data == nullptr) return nullptr;  // empty tensors may have no data
   return reinterpret_cast<T*>(static_cast<char*>(tensor.data) + tensor.byte_offset);
 }

@@ -1,14 +1,14 @@
 #pragma once
 // Linear assignment by the auction algorithm with epsilon-scaling, on the host: the same problem as
 // <moecomp/ot/linear_assignment.hpp> (n x m cost, n <= m, minimise or maximise, forbidden pairs), solved
-// to a proven bound |cost - optimum| <= gap_bound = m * final epsilon (exactly on integer costs with
+// to a proven bound |cost - optimum| <= result.criterion = m * final epsilon (exactly on integer costs with
 // epsilon_final < 1 / m, which is the automatic choice for them). The device version, same parameters and
 // result, is in <moecomp/cuda/ot/auction_assignment.cuh>. Documentation: docs/linear_assignment.md.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/ot/detail/auction_host.hpp>
 #include <moecomp/ot/detail/linear_assignment_checks.hpp>
-#include <moecomp/ot/linear_assignment_types.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -51,7 +51,7 @@ auction_result solve_auction(const host_context& ctx, const auction_params& para
     for (index_t i = 0; i < n; ++i) row_to_column(i) = -1;
     result.status = s;
     result.cost = s == status::infeasible ? sign * lsa_inf : std::numeric_limits<double>::quiet_NaN();
-    result.gap_bound = lsa_inf;
+    result.criterion = lsa_inf;
     return result;
   };
   if (!summary.any_finite()) return fail(status::infeasible);
@@ -62,9 +62,9 @@ auction_result solve_auction(const host_context& ctx, const auction_params& para
   const status outcome =
       params.maximize
           ? run_auction<T, true>(cost.data(), cost.row_stride(), n, m, schedule, params.max_bids, v.data(),
-                                 workspace, columns.data(), epsilon_done, result.bids, result.phases)
+                                 workspace, columns.data(), epsilon_done, result.iterations, result.phases)
           : run_auction<T, false>(cost.data(), cost.row_stride(), n, m, schedule, params.max_bids, v.data(),
-                                  workspace, columns.data(), epsilon_done, result.bids, result.phases);
+                                  workspace, columns.data(), epsilon_done, result.iterations, result.phases);
   if (column_price)
     for (index_t j = 0; j < m; ++j) (*column_price)(j) = -v[static_cast<std::size_t>(j)];
   if (!std::isfinite(epsilon_done)) return fail(outcome);  // stopped before any phase completed
@@ -83,18 +83,18 @@ auction_result solve_auction(const host_context& ctx, const auction_params& para
   if (penalised) return fail(status::infeasible);
   result.cost = total;
   result.status = outcome;
-  result.gap_bound = static_cast<double>(m) * epsilon_done;
+  result.criterion = static_cast<double>(m) * epsilon_done;
   return result;
 }
 
 }  // namespace detail
 
 /// Assignment of the n rows to distinct columns by the auction algorithm with epsilon-scaling, within
-/// gap_bound = m * (final epsilon) of the optimum (exactly optimal on integer costs when the final epsilon
+/// result.criterion = m * (final epsilon) of the optimum (exactly optimal on integer costs when the final epsilon
 /// is < 1 / m: the automatic choice for integer costs). cost: n x m, n <= m, float or double, +inf (-inf when
 /// maximising) forbidden; row_to_column: length n. Status ok; iteration_limit when params.max_bids stopped
-/// it: row_to_column then holds the last complete phase's assignment with its own gap_bound, or all -1 (cost
-/// NaN, gap_bound +inf) when no phase completed; infeasible (all -1, cost +inf / -inf). Gauss-Seidel bidding
+/// it: row_to_column then holds the last complete phase's assignment with its own result.criterion, or all -1 (cost
+/// NaN, result.criterion +inf) when no phase completed; infeasible (all -1, cost +inf / -inf). Gauss-Seidel bidding
 /// in a FIFO order: deterministic. Workspace O(m); the cost is never copied.
 template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
 auction_result auction_assignment(const host_context& ctx, const auction_params& params, matrix_view<U> cost,

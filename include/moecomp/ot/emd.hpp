@@ -3,11 +3,12 @@
 // and column sums b that minimises sum_ij cost(i, j) P(i, j), by a primal network simplex in double on the
 // complete bipartite graph. Host only. Documentation: docs/emd.md.
 #include <moecomp/core/context.hpp>
-#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
-#include <moecomp/ot/detail/network_simplex.hpp>
 #include <moecomp/ot/emd_types.hpp>
+#include <moecomp/core/detail/checks.hpp>
+#include <moecomp/core/detail/traits.hpp>
+#include <moecomp/ot/detail/network_simplex.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -57,23 +58,11 @@ emd_result solve_emd(const char* fn, const host_context& ctx, const emd_params& 
 
   moecomp::detail::host_workspace<double> supply(ctx, static_cast<std::size_t>(n)),
       demand(ctx, static_cast<std::size_t>(m));
-  double sum_a = 0, sum_b = 0;
-  for (index_t i = 0; i < n; ++i) {
-    const double x = static_cast<double>(a[i]);
-    MOECOMP_EXPECTS(std::isfinite(x) && x >= 0, fn, ": a[", i, "] must be finite and >= 0, got ", x);
-    supply[static_cast<std::size_t>(i)] = x;
-    sum_a += x;
-  }
-  for (index_t j = 0; j < m; ++j) {
-    const double x = static_cast<double>(b[j]);
-    MOECOMP_EXPECTS(std::isfinite(x) && x >= 0, fn, ": b[", j, "] must be finite and >= 0, got ", x);
-    demand[static_cast<std::size_t>(j)] = x;
-    sum_b += x;
-  }
-  MOECOMP_EXPECTS(std::isfinite(sum_a) && std::isfinite(sum_b), fn, ": the sums of a and b overflow");
-  MOECOMP_EXPECTS(std::abs(sum_a - sum_b) <= params.mass_tolerance * std::max(sum_a, sum_b), fn,
-                  ": a and b must have equal sums (relative tolerance ", params.mass_tolerance, "), got sum(a) = ",
-                  sum_a, " and sum(b) = ", sum_b);
+  const double sum_a = moecomp::detail::check_masses(fn, "a", n, [&](index_t i) { return a[i]; });
+  const double sum_b = moecomp::detail::check_masses(fn, "b", m, [&](index_t j) { return b[j]; });
+  moecomp::detail::check_equal_totals(fn, sum_a, sum_b, params.mass_tolerance);
+  for (index_t i = 0; i < n; ++i) supply[static_cast<std::size_t>(i)] = static_cast<double>(a[i]);
+  for (index_t j = 0; j < m; ++j) demand[static_cast<std::size_t>(j)] = static_cast<double>(b[j]);
   // Within the tolerance, b is rescaled to a's mass (POT does the same).
   if (sum_b > 0 && sum_b != sum_a)
     for (index_t j = 0; j < m; ++j) demand[static_cast<std::size_t>(j)] *= sum_a / sum_b;
@@ -93,6 +82,7 @@ emd_result solve_emd(const char* fn, const host_context& ctx, const emd_params& 
   emd_result result;
   result.status = simplex.status();
   result.iterations = simplex.iterations();
+  result.criterion = simplex.entering_reduced_cost();
   moecomp::detail::host_workspace<basic_entry> entries(ctx, static_cast<std::size_t>(n + m));
   std::size_t count = 0;
   simplex.for_each_basic_arc([&](index_t i, index_t j, double x) {

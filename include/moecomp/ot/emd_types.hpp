@@ -18,17 +18,15 @@ struct emd_params {
   double mass_tolerance = 1e-7;
 };
 
-struct emd_result {
+/// convergence_info: `iterations` counts simplex pivots; `criterion` is the reduced cost of the arc that
+/// would enter next (0 when the plan is optimal: no arc prices out; negative at iteration_limit); `status`
+/// is ok (optimal), infeasible (forbidden +inf pairs leave no feasible plan; the plan holds what could be
+/// placed) or iteration_limit (stopped at max_iterations; the plan is the last basic one, docs/emd.md).
+struct emd_result : convergence_info {
   /// sum_ij cost(i, j) plan(i, j) of the returned plan, in double.
   double cost = 0;
-  /// Simplex pivots performed.
-  std::int64_t iterations = 0;
-  /// ok: optimal. infeasible: forbidden (+inf) pairs leave no feasible plan; the plan holds what could
-  /// be placed. iteration_limit: stopped at max_iterations; the plan is the last basic one (docs/emd.md).
-  moecomp::status status = moecomp::status::ok;
   /// Entries of the plan with positive mass (at most n + m - 1: the plan is a basic solution).
   index_t nonzeros = 0;
-  bool ok() const noexcept { return status == moecomp::status::ok; }
 };
 
 }  // namespace ot

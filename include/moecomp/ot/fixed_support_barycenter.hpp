@@ -3,9 +3,9 @@
 // ot.bregman.barycenter, methods 'sinkhorn' and 'sinkhorn_log'), on the host. Documentation: docs/sinkhorn.md.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/ot/fixed_support_barycenter_types.hpp>
 #include <moecomp/ot/detail/fixed_support_barycenter_host.hpp>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
-#include <moecomp/ot/fixed_support_barycenter_types.hpp>
 
 #include <cmath>
 #include <type_traits>
@@ -19,7 +19,7 @@ template <class T>
 fixed_support_barycenter_result fixed_support_barycenter_host(const host_context& ctx,
                                                               const fixed_support_barycenter_params& p,
                                                               matrix_view<const T> A, matrix_view<const T> M,
-                                                              const std::vector<double>& weights,
+                                                              vector_view<const double> weights,
                                                               vector_view<T> barycenter) {
   constexpr const char* fn = "fixed_support_barycenter";
   check_sinkhorn_element_type<T>();
@@ -34,26 +34,22 @@ fixed_support_barycenter_result fixed_support_barycenter_host(const host_context
                   " (n = rows of A), got ", moecomp::detail::shape_string(M.rows(), M.cols()));
   MOECOMP_EXPECTS(barycenter.size() == n, fn, ": barycenter must have size ", n, " (rows of A), got ",
                   barycenter.size());
-  MOECOMP_EXPECTS(static_cast<index_t>(weights.size()) == k, fn, ": weights must have size ", k,
+  MOECOMP_EXPECTS(weights.size() == k, fn, ": weights must have size ", k,
                   " (columns of A), got ", weights.size());
   double first_mass = 0;
   for (index_t h = 0; h < k; ++h) {
     const std::string name = "column " + std::to_string(h) + " of A";
-    const double mass = check_histogram<T>(fn, name.c_str(), n, [&](index_t i) { return A(i, h); });
+    const double mass = check_histogram(fn, name.c_str(), n, [&](index_t i) { return A(i, h); });
     if (h == 0) first_mass = mass;
     MOECOMP_EXPECTS(std::fabs(mass - first_mass) <= mass_tolerance<T>() * std::max(mass, first_mass), fn,
                     ": the columns of A must have equal total mass, got ", first_mass, " (column 0) and ", mass,
                     " (column ", h, ")");
   }
-  double weight_sum = 0;
-  for (index_t h = 0; h < k; ++h) {
-    MOECOMP_EXPECTS(std::isfinite(weights[static_cast<std::size_t>(h)]) && weights[static_cast<std::size_t>(h)] >= 0,
-                    fn, ": weights must be finite and >= 0, got ", weights[static_cast<std::size_t>(h)], " at index ", h);
-    weight_sum += weights[static_cast<std::size_t>(h)];
-  }
-  MOECOMP_EXPECTS(std::fabs(weight_sum - 1.0) <= 1e-6, fn, ": weights must sum to 1 (within 1e-6), got ", weight_sum);
+  const double weight_sum =
+      moecomp::detail::check_masses(fn, "weights", weights);
+  moecomp::detail::check_sums_to_one(fn, "weights", weight_sum);
   check_finite_cost(fn, "M", M);
-  std::vector<double> out(static_cast<std::size_t>(n));
+  moecomp::detail::host_workspace<double> out(ctx, static_cast<std::size_t>(n));
   const fixed_support_barycenter_result result =
       p.log_domain ? barycenter_bregman_log(ctx, p, A, M, weights.data(), out.data())
                    : barycenter_bregman(ctx, p, A, M, weights.data(), out.data());
@@ -73,9 +69,10 @@ fixed_support_barycenter_result fixed_support_barycenter(const host_context& ctx
                                                          const fixed_support_barycenter_params& params,
                                                          matrix_view<U> A, matrix_view<V> M, vector_view<W> weights,
                                                          vector_view<T> barycenter) {
-  std::vector<double> w(static_cast<std::size_t>(weights.size()));
+  moecomp::detail::host_workspace<double> w(ctx, static_cast<std::size_t>(weights.size()));
   for (index_t h = 0; h < weights.size(); ++h) w[static_cast<std::size_t>(h)] = static_cast<double>(weights(h));
-  return detail::fixed_support_barycenter_host<T>(ctx, params, A, M, w, barycenter);
+  return detail::fixed_support_barycenter_host<T>(ctx, params, A, M, vector_view<const double>(w.data(), weights.size()),
+                                                  barycenter);
 }
 
 /// Uniform weights 1 / k.
@@ -84,8 +81,10 @@ template <class T, class U, class V,
 fixed_support_barycenter_result fixed_support_barycenter(const host_context& ctx,
                                                          const fixed_support_barycenter_params& params,
                                                          matrix_view<U> A, matrix_view<V> M, vector_view<T> barycenter) {
-  const std::vector<double> w(static_cast<std::size_t>(A.cols()), A.cols() > 0 ? 1.0 / static_cast<double>(A.cols()) : 0.0);
-  return detail::fixed_support_barycenter_host<T>(ctx, params, A, M, w, barycenter);
+  moecomp::detail::host_workspace<double> w(ctx, static_cast<std::size_t>(A.cols()));
+  std::fill(w.data(), w.data() + A.cols(), A.cols() > 0 ? 1.0 / static_cast<double>(A.cols()) : 0.0);
+  return detail::fixed_support_barycenter_host<T>(ctx, params, A, M, vector_view<const double>(w.data(), A.cols()),
+                                                  barycenter);
 }
 
 }  // namespace ot

@@ -19,16 +19,10 @@ struct fixed_support_barycenter_params {
   bool log_domain = false;
 };
 
-struct fixed_support_barycenter_result {
-  /// Iterations performed (POT's log['niter'] + 1).
-  index_t iterations = 0;
-  /// The last evaluated stopping quantity.
-  double residual = 0;
-  bool converged = false;
-  /// ok, iteration_limit, or numerical_error (zero division, overflow or NaN: the barycenter is the last
-  /// finite iterate, flagged).
-  moecomp::status status = moecomp::status::ok;
-};
+/// convergence_info: `iterations` as POT's log['niter'] + 1; `criterion` is the stopping quantity last
+/// evaluated (sum_i std_k of the plans' column marginals); `status` is ok, iteration_limit, or
+/// numerical_error (zero division, overflow or NaN: the barycenter is the last finite iterate, flagged).
+struct fixed_support_barycenter_result : convergence_info {};
 
 }  // namespace ot
 MOECOMP_NAMESPACE_END

@@ -13,10 +13,10 @@
 //    varying part, -X_j X^T, is one GEMM. Outputs the barycenter and the k permutations.
 //  * free_support_barycenter_weighted: measures of any sizes and masses, barycenter of m points with given
 //    masses b; exact OT by the network simplex (<moecomp/ot/emd.hpp>).
+#include <moecomp/ot/free_support_barycenter_types.hpp>
 #include <moecomp/ot/detail/free_support_uniform.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/ot/detail/free_support_weighted.hpp>
-#include <moecomp/ot/free_support_barycenter_types.hpp>
 
 #include <algorithm>
 #include <string>
@@ -31,72 +31,49 @@ namespace detail {
 template <class X>
 using free_support_nondeduced = moecomp::detail::type_identity_t<X>;
 
-inline void check_free_support_params(const char* function, const free_support_barycenter_params& params) {
-  MOECOMP_EXPECTS(params.max_iterations >= 1, function, ": params.max_iterations must be >= 1, got ",
-                  params.max_iterations);
-  MOECOMP_EXPECTS(params.tolerance >= 0.0, function, ": params.tolerance must be >= 0, got ", params.tolerance);
-}
-
-template <class T>
-void free_support_check_finite(const char* function, const char* name, matrix_view<const T> x) {
-  const index_t bad = free_support_first_non_finite(x);
-  MOECOMP_EXPECTS(bad < 0, function, ": ", name, " must be finite, got ", bad < 0 ? T(0) : x(bad / x.cols(), bad % x.cols()),
-                  " at (", bad < 0 ? 0 : bad / x.cols(), ", ", bad < 0 ? 0 : bad % x.cols(), ")");
-}
 }  // namespace detail
 
-/// Uniform path. `measures` stacks k clouds of n points: cloud j is rows [j n, (j + 1) n) of a (k n) x d
-/// matrix; each point has mass 1/n. `weights` (k, >= 0, summing to 1 within 1e-6) weigh the clouds.
-/// `init` (n x d) is the starting support (ResMoE: cloud 0). Outputs: `barycenter` (n x d; may be the same
-/// memory as init, must not overlap `measures`) and `permutations` (k x n): row i of cloud j goes to
-/// barycenter row permutations(j, i). The permutations are exactly optimal for the returned barycenter, so
+/// Uniform path. `measures` is a stack of k clouds of n points in d dimensions (k x n x d); each point has
+/// mass 1/n. `weights` (k, >= 0, summing to 1 within 1e-6) weigh the clouds. `init` (n x d) is the starting
+/// support (ResMoE: cloud 0). Outputs: `barycenter` (n x d; may be the same memory as init, must not overlap
+/// `measures`) and `permutations` (k x n): row i of cloud j goes to barycenter row permutations(j, i). The
+/// permutations are exactly optimal for the returned barycenter, so
 /// result.objective = sum_j w_j (1/n) sum_i ||x_ji - b_P(j,i)||^2 = sum_j w_j W_2^2(barycenter, cloud j).
 /// Bit-identical results for any thread count; T is float or double (GEMM and cost in T, sums in double).
 template <class T>
 free_support_barycenter_result free_support_barycenter(
     const host_context& ctx, const free_support_barycenter_params& params,
-    detail::free_support_nondeduced<matrix_view<const T>> measures, index_t k, vector_view<const double> weights,
+    detail::free_support_nondeduced<matrix_stack_view<const T>> measures, vector_view<const double> weights,
     detail::free_support_nondeduced<matrix_view<const T>> init, matrix_view<T> barycenter,
     matrix_view<index_t> permutations) {
   static_assert(moecomp::detail::is_real_v<T>,
                 "free_support_barycenter: the barycenter must be a mutable float or double view");
   constexpr const char* fn = "free_support_barycenter";
   detail::check_free_support_params(fn, params);
-  MOECOMP_EXPECTS(k >= 1, fn, ": k (number of clouds) must be >= 1, got ", k);
-  const index_t n = init.rows(), d = init.cols();
-  MOECOMP_EXPECTS(n >= 1, fn, ": init must have at least one row, got ", detail::shape_string(n, d));
-  MOECOMP_EXPECTS(measures.cols() == d && measures.rows() == k * n, fn, ": measures must be (k * n) x d = ",
-                  detail::shape_string(k * n, d), " for k = ", k, " clouds of init's shape ",
-                  detail::shape_string(n, d), ", got ", detail::shape_string(measures.rows(), measures.cols()));
-  MOECOMP_EXPECTS(barycenter.rows() == n && barycenter.cols() == d, fn, ": barycenter must be ",
-                  detail::shape_string(n, d), " like init, got ", detail::shape_string(barycenter.rows(), barycenter.cols()));
-  MOECOMP_EXPECTS(permutations.rows() == k && permutations.cols() == n, fn, ": permutations must be k x n = ",
-                  detail::shape_string(k, n), ", got ", detail::shape_string(permutations.rows(), permutations.cols()));
-  MOECOMP_EXPECTS(weights.size() == k, fn, ": weights must have k = ", k, " entries, got ", weights.size());
+  detail::check_uniform_barycenter_shapes(fn, measures, init, barycenter, permutations, weights.size());
+  const index_t k = measures.count();
   detail::free_support_check_probabilities(fn, "weights", weights, /*positive=*/false);
-  MOECOMP_EXPECTS(!detail::free_support_overlap(barycenter.data(), detail::free_support_span(barycenter), measures.data(),
-                                          detail::free_support_span(measures)),
-                  fn, ": barycenter must not overlap measures");
-  detail::free_support_check_finite<T>(fn, "measures", measures);
-  detail::free_support_check_finite<T>(fn, "init", init);
+  for (index_t j = 0; j < k; ++j)
+    moecomp::detail::check_finite(fn, moecomp::detail::concat("measures[", j, "]").c_str(), measures[j]);
+  moecomp::detail::check_finite(fn, "init", init);
   moecomp::detail::host_workspace<double> w(ctx, static_cast<std::size_t>(k));
   for (index_t j = 0; j < k; ++j) w[static_cast<std::size_t>(j)] = weights[j];
-  return detail::free_support_uniform<T>(ctx, params, measures, k, w.data(), init, barycenter, permutations);
+  return detail::free_support_uniform<T>(ctx, params, measures, w.data(), init, barycenter, permutations);
 }
 
 /// Uniform path with uniform weights w_j = 1/k.
 template <class T>
-free_support_barycenter_result free_support_barycenter(const host_context& ctx,
-                                                       const free_support_barycenter_params& params,
-                                                       detail::free_support_nondeduced<matrix_view<const T>> measures,
-                                                       index_t k,
-                                                       detail::free_support_nondeduced<matrix_view<const T>> init,
-                                                       matrix_view<T> barycenter, matrix_view<index_t> permutations) {
-  MOECOMP_EXPECTS(k >= 1, "free_support_barycenter: k (number of clouds) must be >= 1, got ", k);
+free_support_barycenter_result free_support_barycenter(
+    const host_context& ctx, const free_support_barycenter_params& params,
+    detail::free_support_nondeduced<matrix_stack_view<const T>> measures,
+    detail::free_support_nondeduced<matrix_view<const T>> init, matrix_view<T> barycenter,
+    matrix_view<index_t> permutations) {
+  const index_t k = measures.count();
+  MOECOMP_EXPECTS(k >= 1, "free_support_barycenter: measures must hold at least one cloud, got 0");
   moecomp::detail::host_workspace<double> w(ctx, static_cast<std::size_t>(k));
   std::fill(w.data(), w.data() + k, 1.0 / static_cast<double>(k));
-  return free_support_barycenter<T>(ctx, params, measures, k, vector_view<const double>(w.data(), k), init,
-                                    barycenter, permutations);
+  return free_support_barycenter<T>(ctx, params, measures, vector_view<const double>(w.data(), k), init, barycenter,
+                                    permutations);
 }
 
 /// General path (POT's free_support_barycenter): measure j has support measures[j] (n_j x d, any n_j >= 1)
@@ -128,7 +105,7 @@ free_support_barycenter_result free_support_barycenter_weighted(
   MOECOMP_EXPECTS(barycenter_masses.size() == m, fn, ": barycenter_masses must have m = ", m,
                   " entries (init's rows), got ", barycenter_masses.size());
   detail::free_support_check_probabilities(fn, "barycenter_masses", barycenter_masses, /*positive=*/true);
-  detail::free_support_check_finite<T>(fn, "init", init);
+  moecomp::detail::check_finite(fn, "init", init);
   for (index_t j = 0; j < k; ++j) {
     const matrix_view<const T>& x = measures[static_cast<std::size_t>(j)];
     const std::string name = detail::concat("measures[", j, "]");
@@ -139,10 +116,8 @@ free_support_barycenter_result free_support_barycenter_weighted(
                     measure_masses[static_cast<std::size_t>(j)].size());
     detail::free_support_check_probabilities(fn, detail::concat("measure_masses[", j, "]").c_str(),
                                      measure_masses[static_cast<std::size_t>(j)], /*positive=*/false);
-    detail::free_support_check_finite<T>(fn, name.c_str(), x);
-    MOECOMP_EXPECTS(!detail::free_support_overlap(barycenter.data(), detail::free_support_span(barycenter), x.data(),
-                                            detail::free_support_span(x)),
-                    fn, ": barycenter must not overlap ", name);
+    moecomp::detail::check_finite(fn, name.c_str(), x);
+    moecomp::detail::check_no_overlap(fn, "barycenter", barycenter, name.c_str(), x);
   }
   return detail::free_support_weighted<T>(ctx, params, measures, measure_masses, weights, init, barycenter_masses,
                                           barycenter);

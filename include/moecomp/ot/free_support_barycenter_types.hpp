@@ -6,6 +6,7 @@
 // ot.lp.free_support_barycenter: solve exact OT from the current barycenter support X to every measure, then
 // move X to the weighted mean of where its mass went. One iteration = one exact OT per measure + one update.
 #include <moecomp/core/status.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/core/views.hpp>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -18,20 +19,20 @@ struct free_support_barycenter_params {
   /// (POT loops while displacement > stopThr). The uniform path also stops as soon as no permutation changes
   /// (then the displacement is exactly 0). >= 0.
   double tolerance = 1e-7;
+  /// Device path only: tunes the epsilon-optimal auctions (maximize and warm_start are set by the
+  /// barycenter itself). The host path solves every assignment exactly and ignores it.
+  auction_params assignment{};
 };
 
-struct free_support_barycenter_result {
+/// convergence_info: `iterations` counts barycenter updates (POT's iteration count for the same run);
+/// `criterion` is ||X_new - X||_F^2 of the last update (0 when the permutations stopped changing);
+/// `status` is ok (the stopping rule held), iteration_limit (max_iterations updates were made before it
+/// held; the barycenter is the last iterate and the permutations are still optimal for it), or
+/// numerical_error (a non-finite value appeared, e.g. overflow in the cost).
+struct free_support_barycenter_result : convergence_info {
   /// sum_j w_j W_2^2(barycenter, measure j) for the returned barycenter: exact, because the returned
   /// permutations / plans are optimal for it. Uniform path: sum_j w_j (1/n) sum_i ||x_ji - b_P(j,i)||^2.
   double objective = 0.0;
-  /// Barycenter updates performed (POT's iteration count for the same run).
-  index_t iterations = 0;
-  /// ||X_new - X||_F^2 of the last update (0 when the permutations stopped changing).
-  double displacement = 0.0;
-  /// ok: the stopping rule held; iteration_limit: max_iterations updates were made before it held (the
-  /// barycenter is the last iterate and the permutations are still optimal for it); numerical_error: a
-  /// non-finite value appeared (e.g. overflow in the cost).
-  moecomp::status status = moecomp::status::ok;
 };
 
 }  // namespace ot

@@ -6,9 +6,9 @@
 // gap bound; also on the GPU) is in <moecomp/ot/auction_assignment.hpp>.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/ot/detail/linear_assignment_checks.hpp>
 #include <moecomp/ot/detail/linear_assignment_jv.hpp>
-#include <moecomp/ot/linear_assignment_types.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -125,30 +125,29 @@ linear_assignment_result linear_assignment(const host_context& ctx, const linear
                                      &row_potential, &column_potential);
 }
 
-/// `batch` independent problems of equal shape n x m: costs is (batch n) x m, problem b is rows
-/// [b n, (b + 1) n); row_to_column has batch n entries (problem b's columns at [b n, (b + 1) n), each in
-/// 0 .. m - 1); results[b] is problem b's result. Problems run in parallel over ctx.threads() (OpenMP);
-/// each is solved sequentially, so the answer is the same for every thread count. params.warm_start is not
-/// available here (there are no potentials to read).
+/// A batch of independent problems of one shape n x m (the batch rule, docs/index.md): costs is a stack of
+/// batch n x m matrices, row_to_column (batch x n) and results (batch) hold one problem per row / entry;
+/// the batch size is costs.count() and the others must agree. Problems run in parallel over ctx.threads()
+/// (OpenMP); each is solved sequentially, so the answer is the same for every thread count.
+/// params.warm_start is not available here (there are no potentials to read).
 template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
-void linear_assignment_batched(const host_context& ctx, const linear_assignment_params& params, matrix_view<U> costs,
-                               index_t batch, vector_view<index_t> row_to_column,
+void linear_assignment_batched(const host_context& ctx, const linear_assignment_params& params,
+                               matrix_stack_view<U> costs, matrix_view<index_t> row_to_column,
                                vector_view<linear_assignment_result> results) {
   using T = std::remove_const_t<U>;
   constexpr const char* function = "linear_assignment_batched";
-  MOECOMP_EXPECTS(batch >= 0, function, ": batch must be >= 0, got ", batch);
-  MOECOMP_EXPECTS(batch > 0 ? costs.rows() % batch == 0 : costs.rows() == 0, function, ": costs must have batch n rows (batch = ",
-                  batch, "), got ", costs.rows(), " rows");
-  MOECOMP_EXPECTS(results.size() == batch, function, ": results must have length batch = ", batch, ", got ",
+  const index_t batch = costs.count(), n = costs.rows(), m = costs.cols();
+  MOECOMP_EXPECTS(results.size() == batch, function, ": results must have ", batch, " entries (one per cost matrix), got ",
                   results.size());
   MOECOMP_EXPECTS(!params.warm_start, function, ": params.warm_start is not supported (no potentials to read)");
-  const index_t n = batch > 0 ? costs.rows() / batch : 0, m = costs.cols();
   MOECOMP_EXPECTS(n <= m, function, ": each problem must have no more rows than columns (n <= m), got ",
                   moecomp::detail::shape_string(n, m), " per problem");
-  MOECOMP_EXPECTS(row_to_column.size() == batch * n, function, ": row_to_column must have length batch n = ",
-                  batch * n, ", got ", row_to_column.size());
-  const matrix_view<const T> all = costs;
-  detail::check_cost_values<T>(function, all, params.maximize);
+  MOECOMP_EXPECTS(row_to_column.rows() == batch && row_to_column.cols() == n, function, ": row_to_column must be ",
+                  moecomp::detail::shape_string(batch, n), " (batch x n), got ",
+                  moecomp::detail::shape_string(row_to_column.rows(), row_to_column.cols()));
+  const matrix_stack_view<const T> all = costs;
+  for (index_t b = 0; b < batch; ++b)
+    detail::check_cost_values<T>(function, all[b], params.maximize, moecomp::detail::concat("costs[", b, "]").c_str());
   if (batch == 0) return;
   detail::check_assignment_shape(function, n, m, n);
   const int threads = static_cast<int>(std::min<index_t>(ctx.threads(), batch));
@@ -161,8 +160,8 @@ void linear_assignment_batched(const host_context& ctx, const linear_assignment_
     std::int32_t* q = in.data() + ints * static_cast<std::size_t>(thread);
     const detail::jv_arrays a{p, p + m, p + 2 * m, p + 3 * m, q, q + m, q + 2 * m, q + 3 * m, q + 3 * m + n,
                               q + 3 * m + 2 * n};
-    const matrix_view<const T> cost = n > 0 ? all.row_range(b * n, n) : matrix_view<const T>(nullptr, 0, m, m);
-    const vector_view<index_t> out = n > 0 ? row_to_column.subview(b * n, n) : vector_view<index_t>();
+    const matrix_view<const T> cost = all[b];
+    const vector_view<index_t> out = n > 0 ? row_to_column.row(b) : vector_view<index_t>();
     const status outcome = detail::run_jv<T>(cost, params.maximize, false, a);
     results(b) = detail::finish_assignment<T>(cost, params.maximize, outcome, a, out, nullptr, nullptr);
   };

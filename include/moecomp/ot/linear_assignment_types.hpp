@@ -27,7 +27,10 @@ struct linear_assignment_result {
   /// problem is infeasible.
   double cost = 0.0;
   /// ok, or infeasible when no complete assignment avoids the forbidden pairs (row_to_column is then all -1).
+  /// The solver is direct (one shortest augmenting path per row, exact), not iterative, so there is no
+  /// convergence_info: the answer is optimal whenever it is ok.
   moecomp::status status = moecomp::status::ok;
+  bool ok() const noexcept { return status == moecomp::status::ok; }
 };
 
 struct auction_params {
@@ -47,17 +50,14 @@ struct auction_params {
   bool warm_start = false;
 };
 
-struct auction_result {
+/// convergence_info: `iterations` counts the bids made over all phases (the unit of max_bids);
+/// `criterion` is the proven bound |cost - optimum| <= criterion = m * final epsilon (+inf unless status
+/// is ok); `status` is ok, iteration_limit (max_bids reached; unassigned rows hold -1) or infeasible.
+struct auction_result : convergence_info {
   /// sum_i C(i, row_to_column[i]) in double, as linear_assignment_result::cost.
   double cost = 0.0;
-  /// A proven bound: |cost - optimum| <= gap_bound = m * final epsilon (+inf unless status is ok).
-  double gap_bound = 0.0;
-  /// Bids made over all phases.
-  std::int64_t bids = 0;
   /// Epsilon-scaling phases run.
   int phases = 0;
-  /// ok, iteration_limit (max_bids reached; unassigned rows hold -1) or infeasible.
-  moecomp::status status = moecomp::status::ok;
 };
 
 }  // namespace ot

@@ -4,9 +4,9 @@
 // The batched log-domain method on CUDA is in <moecomp/cuda/ot/sinkhorn.cuh>. Documentation: docs/sinkhorn.md.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/ot/sinkhorn_types.hpp>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
 #include <moecomp/ot/detail/sinkhorn_host.hpp>
-#include <moecomp/ot/sinkhorn_types.hpp>
 
 #include <memory>
 #include <type_traits>
@@ -28,9 +28,10 @@ bool check_sinkhorn_problem(const char* function, vector_view<const T> a, vector
   MOECOMP_EXPECTS(plan.rows() == a.size() && plan.cols() == b.size(), function, ": plan must be ",
                   moecomp::detail::shape_string(a.size(), b.size()), " like cost, got ",
                   moecomp::detail::shape_string(plan.rows(), plan.cols()));
-  MOECOMP_EXPECTS(!spans_overlap(plan, cost), function, ": plan must not overlap cost (it is used as workspace)");
-  const double sum_a = check_histogram<T>(function, "a", a.size(), [&](index_t i) { return a(i); });
-  const double sum_b = check_histogram<T>(function, "b", b.size(), [&](index_t i) { return b(i); });
+  MOECOMP_EXPECTS(!moecomp::detail::views_overlap(plan, cost), function,
+                  ": plan must not overlap cost (it is used as workspace)");
+  const double sum_a = check_histogram(function, "a", a.size(), [&](index_t i) { return a(i); });
+  const double sum_b = check_histogram(function, "b", b.size(), [&](index_t i) { return b(i); });
   check_equal_mass<T>(function, sum_a, sum_b);
   return check_cost_with_forbidden_pairs(function, "cost", cost, threads);
 }
@@ -97,33 +98,39 @@ sinkhorn_result sinkhorn(const host_context& ctx, const sinkhorn_params& params,
   return detail::sinkhorn_host<T>(ctx, params, a, b, cost, plan, &f, &g);
 }
 
-/// `batch` independent problems of one shape: a (batch x n), b (batch x m), costs and plans ((batch n) x m;
-/// problem k is rows [k n, (k + 1) n)), results (batch). Problems run in parallel, each on one thread, so
-/// every result is bit-identical to sinkhorn() on that problem alone, for any thread count.
+/// A batch of independent problems of one shape (the batch rule, docs/index.md): a (batch x n) and b
+/// (batch x m) hold one problem per row, costs and plans are stacks of batch n x m matrices, results has
+/// batch entries; the batch size is a.rows() and every other argument must agree. Problems run in
+/// parallel, each on one thread, so every result is bit-identical to sinkhorn() on that problem alone, for
+/// any thread count.
 template <class T, class A, class B, class C,
           std::enable_if_t<detail::is_input_of_v<A, T> && detail::is_input_of_v<B, T> && detail::is_input_of_v<C, T>,
                            int> = 0>
 void sinkhorn_batched(const host_context& ctx, const sinkhorn_params& params, matrix_view<A> a, matrix_view<B> b,
-                      matrix_view<C> costs, matrix_view<T> plans, vector_view<sinkhorn_result, host_memory> results) {
+                      matrix_stack_view<C> costs, matrix_stack_view<T> plans,
+                      vector_view<sinkhorn_result, host_memory> results) {
   detail::check_sinkhorn_element_type<T>();
   detail::check_sinkhorn_params("sinkhorn_batched", params);
   const index_t batch = a.rows(), n = a.cols(), m = b.cols();
   MOECOMP_EXPECTS(b.rows() == batch, "sinkhorn_batched: b must have ", batch, " rows (one per problem, like a), got ",
                   b.rows());
-  MOECOMP_EXPECTS(costs.rows() == batch * n && costs.cols() == m, "sinkhorn_batched: costs must be ",
-                  moecomp::detail::shape_string(batch * n, m), " (batch * n x m), got ",
+  MOECOMP_EXPECTS(costs.count() == batch && costs.rows() == n && costs.cols() == m,
+                  "sinkhorn_batched: costs must be a stack of ", batch, " matrices of ",
+                  moecomp::detail::shape_string(n, m), " (batch x n x m), got ", costs.count(), " of ",
                   moecomp::detail::shape_string(costs.rows(), costs.cols()));
-  MOECOMP_EXPECTS(plans.rows() == batch * n && plans.cols() == m, "sinkhorn_batched: plans must be ",
-                  moecomp::detail::shape_string(batch * n, m), " like costs, got ",
+  MOECOMP_EXPECTS(plans.count() == batch && plans.rows() == n && plans.cols() == m,
+                  "sinkhorn_batched: plans must be a stack of ", batch, " matrices of ",
+                  moecomp::detail::shape_string(n, m), " like costs, got ", plans.count(), " of ",
                   moecomp::detail::shape_string(plans.rows(), plans.cols()));
   MOECOMP_EXPECTS(results.size() == batch, "sinkhorn_batched: results must have size ", batch, " (one per problem), got ",
                   results.size());
   if (batch == 0) return;
-  const matrix_view<const T> ac = a, bc = b, cc = costs;
-  std::vector<char> forbidden_pairs(static_cast<std::size_t>(batch));
+  const matrix_view<const T> ac = a, bc = b;
+  const matrix_stack_view<const T> cc = costs;
+  moecomp::detail::host_workspace<char> forbidden_pairs(ctx, static_cast<std::size_t>(batch));
   for (index_t k = 0; k < batch; ++k)
     forbidden_pairs[static_cast<std::size_t>(k)] = detail::check_sinkhorn_problem<T>(
-        "sinkhorn_batched", ac.row(k), bc.row(k), cc.row_range(k * n, n), plans.row_range(k * n, n));
+        "sinkhorn_batched", ac.row(k), bc.row(k), cc[k], plans[k]);
   const int threads = static_cast<int>(std::min<index_t>(ctx.threads(), batch));
   std::vector<std::unique_ptr<detail::sinkhorn_workspace>> workspaces;
   for (int t = 0; t < threads; ++t) workspaces.push_back(std::make_unique<detail::sinkhorn_workspace>(ctx, n, m, 1));
@@ -137,10 +144,9 @@ void sinkhorn_batched(const host_context& ctx, const sinkhorn_params& params, ma
 #endif
     detail::sinkhorn_workspace& ws = *workspaces[static_cast<std::size_t>(t)];
     detail::load_histograms(ac.row(k), bc.row(k), ws);
-    results(k) = detail::solve_one(ctx, 1, params, cc.row_range(k * n, n), plans.row_range(k * n, n), ws, false);
+    results(k) = detail::solve_one(ctx, 1, params, cc[k], plans[k], ws, false);
     if (forbidden_pairs[static_cast<std::size_t>(k)])
-      results(k).cost = detail::cost_over_allowed_pairs(matrix_view<const T>(plans.row_range(k * n, n)),
-                                                        cc.row_range(k * n, n));
+      results(k).cost = detail::cost_over_allowed_pairs(matrix_view<const T>(plans[k]), cc[k]);
   }
 }
 

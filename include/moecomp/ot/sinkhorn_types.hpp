@@ -83,18 +83,14 @@ constexpr index_t resolved_check_every(const sinkhorn_params& params) noexcept {
   return params.check_every >= 1 ? params.check_every : pot_check_every(params.method);
 }
 
-struct sinkhorn_result {
+/// convergence_info: `iterations` counts one v update plus one u update (POT's log['niter'] is this minus
+/// one; epsilon_scaling: outer steps); `criterion` is the marginal error last evaluated (see
+/// sinkhorn_params::tolerance); `status` is ok, iteration_limit (stopped at max_iterations), or
+/// numerical_error (zero division, overflow or NaN appeared: the plan is the last finite iterate, flagged;
+/// POT would warn and return it silently).
+struct sinkhorn_result : convergence_info {
   /// <P, C> of the returned plan.
   double cost = 0;
-  /// The last evaluated stopping quantity (see sinkhorn_params::tolerance).
-  double marginal_error = 0;
-  /// Iterations performed (one iteration = one v update and one u update). POT's log['niter'] is this
-  /// minus one. epsilon_scaling: outer steps performed.
-  index_t iterations = 0;
-  bool converged = false;
-  /// ok, iteration_limit (stopped at max_iterations), or numerical_error (zero division, overflow or NaN
-  /// appeared: the plan is the last finite iterate, flagged; POT would warn and return it silently).
-  moecomp::status status = moecomp::status::ok;
 };
 
 }  // namespace ot

@@ -1,6 +1,7 @@
 #pragma once
 // Internals of <moecomp/cluster/fcluster.hpp>: checking a linkage matrix, its monotone heights, and turning
 // a set of performed merges into flat labels. Serial O(n) bookkeeping with workspaces from the context.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 

@@ -10,6 +10,7 @@
 // Compacting reads and writes the matrix once, front to back, in place: over a run it moves about
 // 1 / (1 - f^2) times the initial matrix, a few sequential passes, against the dozens of passes the
 // scans make.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/detail/linkage_common.hpp>
 
 MOECOMP_NAMESPACE_BEGIN

@@ -2,6 +2,7 @@
 // Pieces shared by the linkage algorithms: the condensed layout, scipy's Lance-Williams update formulas,
 // the strict "first index of the minimum" scans, input validation, and the final stable sort + relabelling
 // that turns a list of merges into scipy's linkage matrix.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/detail/traits.hpp>

@@ -22,6 +22,7 @@
 //                                                   below[z] = distance(z, y) for every active z < y
 //   bool maybe_compact(index_t active)              may renumber the active indices (order kept) ...
 //   index_t new_index(index_t old)                  ... and then maps old to new
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/detail/linkage_active_matrix.hpp>
 #include <moecomp/cluster/detail/linkage_common.hpp>
 

@@ -10,6 +10,7 @@
 // linkage rounds them to the points' type T, as the distance module does; the centres stay in double.
 // Distance batches run in parallel (OpenMP, ctx.threads()) when large; each value is independent of the
 // thread count.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/detail/linkage_common.hpp>
 #include <moecomp/core/detail/range_scaling.hpp>
 #include <moecomp/distance/distance_types.hpp>

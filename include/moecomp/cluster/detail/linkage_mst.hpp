@@ -4,6 +4,7 @@
 // tree; the lowest index wins ties) and records the merge (x, y, key) where x is the point added just
 // before; sorting these merges by height and relabelling (write_linkage_matrix) gives the dendrogram.
 // The distances come from a callable, so the same loop serves condensed, square and point input.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/detail/linkage_common.hpp>
 
 MOECOMP_NAMESPACE_BEGIN

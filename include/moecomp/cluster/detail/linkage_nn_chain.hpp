@@ -16,6 +16,7 @@
 //    cache line per element), and keeping a runner-up means the common case, the chain's top losing its
 //    nearest neighbour to a merge, needs no scan;
 //  * merges and rescans of long ranges are split over ctx's threads, with results combined in index order.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/detail/linkage_active_matrix.hpp>
 #include <moecomp/cluster/detail/linkage_common.hpp>
 

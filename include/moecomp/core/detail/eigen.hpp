@@ -3,6 +3,7 @@
 // GCC < 13 AVX-512 workaround of core/config.hpp, so that Eigen's inlined AVX-512 code never breaks a
 // -Werror build. A program that includes <Eigen/Core> itself before any moecomp header gets Eigen without
 // the workaround: include a moecomp header first (docs/building.md, "Warnings").
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 
 MOECOMP_GCC12_AVX512_WARNINGS_OFF

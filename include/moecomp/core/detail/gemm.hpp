@@ -6,6 +6,7 @@
 // cblas_sgemm / cblas_dgemm. moecomp calls it from its own OpenMP-parallel tiles, so that BLAS must be
 // thread-safe and run single-threaded inside a parallel region, as OpenBLAS's OpenMP build does (Debian's
 // serial OpenBLAS is not thread-safe). moecomp never defines the macro for its consumers.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/detail/eigen.hpp>

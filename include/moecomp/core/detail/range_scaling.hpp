@@ -2,6 +2,7 @@
 // Exact power-of-two scaling for computations that square their inputs: squares of values near the top (or
 // bottom) of a type's range overflow (or sink into its subnormals) although the results are representable.
 // Used by the pairwise distances and the low-memory linkages (docs/distance.md, "Range").
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>

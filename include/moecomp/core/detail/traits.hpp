@@ -1,5 +1,6 @@
 #pragma once
 // The element-type traits of every module, written once.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 
 #include <type_traits>

@@ -34,14 +34,16 @@ void linkage(const cuda_context& ctx, const linkage_params& params, matrix_view<
   if (n == 1) return;
 
   const index_t count = distance::condensed_size(n);
-  host_vector<T> condensed(count);
+  // The O(n^2) host copy comes from the host context's allocator, like every host workspace.
+  moecomp::detail::host_workspace<T> condensed_storage(host, static_cast<std::size_t>(count));
+  const vector_view<T> condensed(condensed_storage.data(), count);
   {
     device_buffer<T> device_condensed(ctx, count);
     distance::pairwise_distance_params dp;
     dp.metric = params.metric;
     distance::pairwise_distances_condensed(ctx, dp, matrix_view<const T, device_memory>(points),
                                            device_condensed.view());
-    copy_to_host(ctx, device_condensed.view().as_const(), condensed.view());
+    copy_to_host(ctx, device_condensed.view().as_const(), condensed);
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
   }
   // Distances of finite points are never negative; NaN comes from NaN/inf points or undefined directions.
@@ -54,7 +56,7 @@ void linkage(const cuda_context& ctx, const linkage_params& params, matrix_view<
                    " is NaN (a NaN or infinite coordinate, or a row without a direction for cosine/correlation)");
     }
   }
-  linkage_condensed(host, params, condensed.const_view(), z);
+  linkage_condensed(host, params, condensed.as_const(), z);
 }
 
 }  // namespace cluster

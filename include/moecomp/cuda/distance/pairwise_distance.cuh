@@ -23,9 +23,9 @@
 // Documentation: docs/cuda.md and docs/distance.md.
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
+#include <moecomp/distance/distance_types.hpp>
 #include <moecomp/cuda/distance/detail/pairwise_distance_device.cuh>
 #include <moecomp/distance/detail/shape_checks.hpp>
-#include <moecomp/distance/distance_types.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -33,8 +33,10 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace distance {
 
-/// Workspace bytes for pairwise_distances(ctx, params, x, y, out[, workspace]) with x of x_rows x cols
-/// and y of y_rows x cols, element type T.
+/// Workspace bytes for pairwise_distances with x of x_rows x cols and y of y_rows x cols, element type T:
+/// the cross form pairwise_distances(ctx, params, x, y, out[, workspace]), and, when x_rows == y_rows, also
+/// the square form pairwise_distances(ctx, params, x, out[, workspace]) of x against itself (pass
+/// y_rows = x_rows; the size covers both forms).
 template <class T>
 std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& params, index_t x_rows, index_t y_rows,
                                               index_t cols) {
@@ -42,17 +44,12 @@ std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& pa
   MOECOMP_EXPECTS(x_rows >= 0 && y_rows >= 0 && cols >= 0,
                   "pairwise_distances_workspace_size: shapes must be non-negative, got x_rows ", x_rows, ", y_rows ",
                   y_rows, ", cols ", cols);
-  return cuda_detail::make_plan<T>(cuda_detail::output_form::cross, params.metric, x_rows, y_rows, cols).bytes;
-}
-
-/// Workspace bytes for pairwise_distances(ctx, params, x, out[, workspace]) (square form) with x of
-/// rows x cols, element type T.
-template <class T>
-std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& params, index_t rows, index_t cols) {
-  cuda_detail::check_device_element_type<T>();
-  MOECOMP_EXPECTS(rows >= 0 && cols >= 0, "pairwise_distances_workspace_size: shapes must be non-negative, got rows ",
-                  rows, ", cols ", cols);
-  return cuda_detail::make_plan<T>(cuda_detail::output_form::square, params.metric, rows, rows, cols).bytes;
+  const std::size_t cross =
+      cuda_detail::make_plan<T>(cuda_detail::output_form::cross, params.metric, x_rows, y_rows, cols).bytes;
+  if (x_rows != y_rows) return cross;
+  const std::size_t square =
+      cuda_detail::make_plan<T>(cuda_detail::output_form::square, params.metric, x_rows, x_rows, cols).bytes;
+  return cross > square ? cross : square;
 }
 
 /// Workspace bytes for pairwise_distances_condensed(ctx, params, x, out[, workspace]) with x of
@@ -126,7 +123,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out) {
   cuda_detail::check_device_element_type<T>();
   distance::detail::check_square_shape(x, out);
-  const std::size_t bytes = pairwise_distances_workspace_size<T>(params, x.rows(), x.cols());
+  const std::size_t bytes = pairwise_distances_workspace_size<T>(params, x.rows(), x.rows(), x.cols());
   const cuda_detail::scoped_workspace workspace(ctx, bytes);
   pairwise_distances(ctx, params, x, out,
                      bytes == 0 ? vector_view<std::byte, device_memory>()

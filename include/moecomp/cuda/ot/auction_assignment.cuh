@@ -5,7 +5,7 @@
 // Problem and parameters as on the host (<moecomp/ot/linear_assignment_types.hpp>): cost n x m, n <= m,
 // minimise (or maximise) sum_i C(i, col(i)); the epsilon schedule and its automatic values are the host's
 // (final epsilon 1 / (m + 1) for integer costs: exact; otherwise range / (1e6 m)), and the answer is
-// within gap_bound = m * final epsilon of the optimum. Differences from the host solver:
+// within result.criterion = m * final epsilon of the optimum. Differences from the host solver:
 //  * Jacobi (parallel) bidding: every unassigned row bids in every round, one warp per row; conflicts go to
 //    the highest bid, then the lowest row. Deterministic, but the bid sequence, and so the assignment among
 //    near-optimal ones, can differ from the host's (both are within the bound).
@@ -17,16 +17,16 @@
 // number of unassigned rows), and returns the result on the host; row_to_column (and column_price) are
 // device memory, ready when the call returns.
 //
-// Workspace: about 40 m bytes plus 20 KiB (`auction_assignment_workspace_size`); without a workspace
+// Workspace: about 40 m bytes plus 20 KiB (`auction_assignment_workspace_size<T>(params, n, m)`); without a workspace
 // argument it comes from ctx's allocator.
-#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>
+#include <moecomp/ot/linear_assignment_types.hpp>
+#include <moecomp/core/detail/traits.hpp>
 #include <moecomp/cuda/ot/detail/auction_device.cuh>
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
-#include <moecomp/ot/linear_assignment_types.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -90,10 +90,10 @@ auction_result run_assignment(const cuda_context& ctx, const auction_params& par
   MOECOMP_CUDA_TRY(cudaMemcpyAsync(&readback[0].total, total, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
   MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
   result.cost = readback[0].total;
-  result.bids = outcome.bids;
+  result.iterations = outcome.bids;
   result.phases = outcome.phases;
   result.status = outcome.status;
-  result.gap_bound = outcome.status == moecomp::status::ok ? static_cast<double>(m) * schedule.final
+  result.criterion = outcome.status == moecomp::status::ok ? static_cast<double>(m) * schedule.final
                                                            : std::numeric_limits<double>::infinity();
   return result;
 }
@@ -103,8 +103,9 @@ auction_result run_assignment(const cuda_context& ctx, const auction_params& par
 /// Workspace bytes for auction_assignment on an n x m cost (element type T); the overloads with
 /// column_price need the same.
 template <class T>
-std::size_t auction_assignment_workspace_size(index_t n, index_t m) {
+std::size_t auction_assignment_workspace_size(const auction_params& params, index_t n, index_t m) {
   cuda_detail::check_device_element_type<T>();
+  (void)params;  // the size depends on the shapes only; params is there for the one signature shape
   MOECOMP_EXPECTS(n >= 0 && m >= 0, "auction_assignment_workspace_size: shapes must be non-negative, got n ", n,
                   ", m ", m);
   if (n == 0) return 0;
@@ -126,7 +127,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
   MOECOMP_EXPECTS(!params.warm_start, function,
                   ": params.warm_start needs starting prices: use the overload with column_price");
   if (cost.rows() == 0) return auction_result{};
-  cuda_detail::check_workspace(function, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()), workspace);
+  cuda_detail::check_workspace(function, auction_assignment_workspace_size<T>(params, cost.rows(), cost.cols()), workspace);
   return cuda_detail::run_assignment<T>(ctx, params, cost, row_to_column, nullptr, workspace.data());
 }
 
@@ -140,7 +141,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
   cuda_detail::check_assignment_shapes(function, cost, row_to_column.size(), -1);
   MOECOMP_EXPECTS(!params.warm_start, function,
                   ": params.warm_start needs starting prices: use the overload with column_price");
-  const cuda_detail::scoped_workspace workspace(ctx, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()));
+  const cuda_detail::scoped_workspace workspace(ctx, auction_assignment_workspace_size<T>(params, cost.rows(), cost.cols()));
   return auction_assignment(ctx, params, cost, row_to_column, workspace.view());
 }
 
@@ -158,7 +159,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
   MOECOMP_EXPECTS(column_price.is_contiguous(), function, ": column_price must be contiguous (stride 1), got stride ",
                   column_price.stride());
   if (cost.rows() == 0) return auction_result{};
-  cuda_detail::check_workspace(function, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()), workspace);
+  cuda_detail::check_workspace(function, auction_assignment_workspace_size<T>(params, cost.rows(), cost.cols()), workspace);
   return cuda_detail::run_assignment<T>(ctx, params, cost, row_to_column, column_price.data(), workspace.data());
 }
 
@@ -171,7 +172,7 @@ auction_result auction_assignment(const cuda_context& ctx, const auction_params&
   constexpr const char* function = "auction_assignment";
   cuda_detail::check_auction_params(function, params);
   cuda_detail::check_assignment_shapes(function, cost, row_to_column.size(), column_price.size());
-  const cuda_detail::scoped_workspace workspace(ctx, auction_assignment_workspace_size<T>(cost.rows(), cost.cols()));
+  const cuda_detail::scoped_workspace workspace(ctx, auction_assignment_workspace_size<T>(params, cost.rows(), cost.cols()));
   return auction_assignment(ctx, params, cost, row_to_column, column_price, workspace.view());
 }
 

@@ -25,12 +25,13 @@
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/device_buffer.cuh>
 #include <moecomp/cuda/core/error.cuh>
+#include <moecomp/ot/free_support_barycenter_types.hpp>
+#include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/cuda/core/detail/cublas.cuh>
 #include <moecomp/cuda/ot/detail/auction_device.cuh>
 #include <moecomp/cuda/ot/detail/free_support_barycenter_device.cuh>
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
-#include <moecomp/ot/free_support_barycenter_types.hpp>
-#include <moecomp/ot/linear_assignment_types.hpp>
+#include <moecomp/ot/detail/free_support_checks.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -56,47 +57,24 @@ struct free_support_barycenter_device_result : free_support_barycenter_result {
 
 namespace cuda_detail {
 
-inline std::vector<double> checked_weights(const char* function, vector_view<const double> weights, index_t k) {
-  MOECOMP_EXPECTS(weights.size() == k, function, ": weights must have k = ", k, " entries, got ", weights.size());
-  std::vector<double> w(static_cast<std::size_t>(k));
-  double sum = 0.0;
-  for (index_t j = 0; j < k; ++j) {
-    const double v = weights[j];
-    MOECOMP_EXPECTS(std::isfinite(v) && v >= 0.0, function, ": weights must be finite and >= 0, got ", v,
-                    " at index ", j);
-    w[static_cast<std::size_t>(j)] = v;
-    sum += v;
-  }
-  MOECOMP_EXPECTS(std::abs(sum - 1.0) <= 1e-6, function, ": weights must sum to 1 (within 1e-6), got ", sum);
+inline std::vector<double> checked_weights(const char* function, vector_view<const double> weights) {
+  ot::detail::free_support_check_probabilities(function, "weights", weights, /*positive=*/false);
+  std::vector<double> w(static_cast<std::size_t>(weights.size()));
+  for (index_t j = 0; j < weights.size(); ++j) w[static_cast<std::size_t>(j)] = weights[j];
   return w;
 }
 
+/// The host's checks (same messages), plus the device's: the stack at its row stride, int extents.
 template <class M, class I, class B, class P>
 void check_barycenter_arguments(const char* function, const free_support_barycenter_params& params, const M& measures,
-                                index_t k, const I& init, const B& barycenter, const P& permutations) {
-  MOECOMP_EXPECTS(params.max_iterations >= 1, function, ": params.max_iterations must be >= 1, got ",
-                  params.max_iterations);
-  MOECOMP_EXPECTS(params.tolerance >= 0.0, function, ": params.tolerance must be >= 0, got ", params.tolerance);
-  MOECOMP_EXPECTS(k >= 1, function, ": k (number of clouds) must be >= 1, got ", k);
-  const index_t n = init.rows(), d = init.cols();
-  MOECOMP_EXPECTS(n >= 1, function, ": init must have at least one row, got ", moecomp::detail::shape_string(n, d));
-  MOECOMP_EXPECTS(measures.cols() == d && measures.rows() == k * n, function, ": measures must be (k * n) x d = ",
-                  moecomp::detail::shape_string(k * n, d), " for k = ", k, " clouds of init's shape ", moecomp::detail::shape_string(n, d),
-                  ", got ", moecomp::detail::shape_string(measures.rows(), measures.cols()));
-  MOECOMP_EXPECTS(barycenter.rows() == n && barycenter.cols() == d, function, ": barycenter must be ",
-                  moecomp::detail::shape_string(n, d), " like init, got ",
-                  moecomp::detail::shape_string(barycenter.rows(), barycenter.cols()));
-  MOECOMP_EXPECTS(permutations.rows() == k && permutations.cols() == n, function, ": permutations must be k x n = ",
-                  moecomp::detail::shape_string(k, n), ", got ", moecomp::detail::shape_string(permutations.rows(), permutations.cols()));
-  const auto span = [](const auto& x) { return x.empty() ? index_t(0) : (x.rows() - 1) * x.row_stride() + x.cols(); };
-  const auto b0 = reinterpret_cast<std::uintptr_t>(barycenter.data()),
-             m0 = reinterpret_cast<std::uintptr_t>(measures.data());
-  const auto b1 = b0 + static_cast<std::uintptr_t>(span(barycenter)) * sizeof(*barycenter.data());
-  const auto m1 = m0 + static_cast<std::uintptr_t>(span(measures)) * sizeof(*measures.data());
-  MOECOMP_EXPECTS(span(barycenter) == 0 || span(measures) == 0 || !(b0 < m1 && m0 < b1), function,
-                  ": barycenter must not overlap measures");
-  check_int_extent(function, "k * n", k * n);
-  check_int_extent(function, "the number of coordinates d", d);
+                                const I& init, const B& barycenter, const P& permutations, index_t weights) {
+  ot::detail::check_free_support_params(function, params);
+  ot::detail::check_uniform_barycenter_shapes(function, measures, init, barycenter, permutations, weights);
+  MOECOMP_EXPECTS(measures.count() <= 1 || measures.matrix_stride() == measures.rows() * measures.row_stride(), function,
+                  ": measures must be stacked at its row stride on the device (matrix_stride = n * row_stride = ",
+                  measures.rows() * measures.row_stride(), "), got matrix_stride ", measures.matrix_stride());
+  check_int_extent(function, "k * n", measures.count() * measures.rows());
+  check_int_extent(function, "the number of coordinates d", measures.cols());
   check_int_extent(function, "the row stride of measures", measures.row_stride());
 }
 
@@ -205,7 +183,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
     MOECOMP_CUDA_TRY(cudaMemcpyAsync(changed_count.data(), changed, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
     if (iteration > 1 && changed_count[0] == 0) {
-      result.displacement = 0.0;
+      result.criterion = 0.0;
       result.status = moecomp::status::ok;
       optimal_for_x = true;
       break;
@@ -225,7 +203,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
     const double displacement = scalars[0];
     std::swap(x, x_next);
-    result.displacement = displacement;
+    result.criterion = displacement;
     if (!std::isfinite(displacement)) {
       assignment_status = moecomp::status::numerical_error;
       failed = true;
@@ -268,34 +246,39 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
 
 /// Workspace bytes for the device free_support_barycenter of k clouds of n points in d dimensions.
 template <class T>
-std::size_t free_support_barycenter_workspace_size(index_t k, index_t n, index_t d) {
+std::size_t free_support_barycenter_workspace_size(const free_support_barycenter_params& params, index_t k, index_t n,
+                                                   index_t d) {
   cuda_detail::check_device_element_type<T>();
+  (void)params;  // the size depends on the shapes only; params is there for the one signature shape
   MOECOMP_EXPECTS(k >= 0 && n >= 0 && d >= 0, "free_support_barycenter_workspace_size: shapes must be non-negative, got k ",
                   k, ", n ", n, ", d ", d);
   return cuda_detail::make_barycenter_plan<T>("free_support_barycenter", k, n, d).bytes;
 }
 
-/// Uniform path on the device. measures: (k n) x d (cloud j = rows [j n, (j + 1) n)); weights: k host
+/// Uniform path on the device. measures: a stack of k clouds of n x d, stacked at its row stride (cloud j
+/// is rows [j n, (j + 1) n) of one (k n) x d matrix, as a C-contiguous k x n x d array is); weights: k host
 /// doubles (>= 0, summing to 1 within 1e-6); init: n x d (may be the same memory as barycenter);
 /// barycenter: n x d; permutations: k x n (row i of cloud j goes to barycenter row permutations(j, i)).
-/// `assignment` tunes the auctions (maximize and warm_start are set by the barycenter itself).
+/// params.assignment tunes the auctions (maximize and warm_start are set by the barycenter itself).
 /// measures and init: const or mutable device views of T.
 template <class T, class UM, class UI,
           std::enable_if_t<std::is_same_v<std::remove_const_t<UM>, T> && std::is_same_v<std::remove_const_t<UI>, T>,
                            int> = 0>
 free_support_barycenter_device_result free_support_barycenter(
-    const cuda_context& ctx, const free_support_barycenter_params& params, matrix_view<UM, device_memory> measures,
-    index_t k, vector_view<const double> weights, matrix_view<UI, device_memory> init,
-    matrix_view<T, device_memory> barycenter, matrix_view<index_t, device_memory> permutations,
-    vector_view<std::byte, device_memory> workspace, const auction_params& assignment = auction_params{}) {
+    const cuda_context& ctx, const free_support_barycenter_params& params,
+    matrix_stack_view<UM, device_memory> measures, vector_view<const double> weights,
+    matrix_view<UI, device_memory> init, matrix_view<T, device_memory> barycenter,
+    matrix_view<index_t, device_memory> permutations, vector_view<std::byte, device_memory> workspace) {
   cuda_detail::check_device_element_type<T>();
   constexpr const char* function = "free_support_barycenter";
-  cuda_detail::check_barycenter_arguments(function, params, measures, k, init, barycenter, permutations);
-  const std::vector<double> w = cuda_detail::checked_weights(function, weights, k);
-  cuda_detail::check_auction_params(function, assignment);
-  cuda_detail::check_workspace(function, free_support_barycenter_workspace_size<T>(k, init.rows(), init.cols()),
-                               workspace);
-  return cuda_detail::run_barycenter<T>(ctx, params, assignment, measures, k, w, init, barycenter, permutations,
+  const index_t k = measures.count();
+  cuda_detail::check_barycenter_arguments(function, params, measures, init, barycenter, permutations, weights.size());
+  const std::vector<double> w = cuda_detail::checked_weights(function, weights);
+  cuda_detail::check_auction_params(function, params.assignment);
+  cuda_detail::check_workspace(function,
+                               free_support_barycenter_workspace_size<T>(params, k, init.rows(), init.cols()), workspace);
+  const matrix_view<const T, device_memory> stacked = measures.as_const().as_matrix();
+  return cuda_detail::run_barycenter<T>(ctx, params, params.assignment, stacked, k, w, init, barycenter, permutations,
                                         workspace.data());
 }
 
@@ -304,18 +287,17 @@ template <class T, class UM, class UI,
           std::enable_if_t<std::is_same_v<std::remove_const_t<UM>, T> && std::is_same_v<std::remove_const_t<UI>, T>,
                            int> = 0>
 free_support_barycenter_device_result free_support_barycenter(
-    const cuda_context& ctx, const free_support_barycenter_params& params, matrix_view<UM, device_memory> measures,
-    index_t k, vector_view<const double> weights, matrix_view<UI, device_memory> init,
-    matrix_view<T, device_memory> barycenter, matrix_view<index_t, device_memory> permutations,
-    const auction_params& assignment = auction_params{}) {
+    const cuda_context& ctx, const free_support_barycenter_params& params,
+    matrix_stack_view<UM, device_memory> measures, vector_view<const double> weights,
+    matrix_view<UI, device_memory> init, matrix_view<T, device_memory> barycenter,
+    matrix_view<index_t, device_memory> permutations) {
   cuda_detail::check_device_element_type<T>();
   constexpr const char* function = "free_support_barycenter";
-  cuda_detail::check_barycenter_arguments(function, params, measures, k, init, barycenter, permutations);
-  (void)cuda_detail::checked_weights(function, weights, k);
+  cuda_detail::check_barycenter_arguments(function, params, measures, init, barycenter, permutations, weights.size());
+  (void)cuda_detail::checked_weights(function, weights);
   const cuda_detail::scoped_workspace workspace(
-      ctx, free_support_barycenter_workspace_size<T>(k, init.rows(), init.cols()));
-  return free_support_barycenter(ctx, params, measures, k, weights, init, barycenter, permutations, workspace.view(),
-                                 assignment);
+      ctx, free_support_barycenter_workspace_size<T>(params, measures.count(), init.rows(), init.cols()));
+  return free_support_barycenter(ctx, params, measures, weights, init, barycenter, permutations, workspace.view());
 }
 
 /// Uniform weights w_j = 1/k.
@@ -323,13 +305,14 @@ template <class T, class UM, class UI,
           std::enable_if_t<std::is_same_v<std::remove_const_t<UM>, T> && std::is_same_v<std::remove_const_t<UI>, T>,
                            int> = 0>
 free_support_barycenter_device_result free_support_barycenter(
-    const cuda_context& ctx, const free_support_barycenter_params& params, matrix_view<UM, device_memory> measures,
-    index_t k, matrix_view<UI, device_memory> init, matrix_view<T, device_memory> barycenter,
-    matrix_view<index_t, device_memory> permutations, const auction_params& assignment = auction_params{}) {
-  MOECOMP_EXPECTS(k >= 1, "free_support_barycenter: k (number of clouds) must be >= 1, got ", k);
+    const cuda_context& ctx, const free_support_barycenter_params& params,
+    matrix_stack_view<UM, device_memory> measures, matrix_view<UI, device_memory> init,
+    matrix_view<T, device_memory> barycenter, matrix_view<index_t, device_memory> permutations) {
+  const index_t k = measures.count();
+  MOECOMP_EXPECTS(k >= 1, "free_support_barycenter: measures must hold at least one cloud, got 0");
   const std::vector<double> w(static_cast<std::size_t>(k), 1.0 / static_cast<double>(k));
-  return free_support_barycenter(ctx, params, measures, k, vector_view<const double>(w.data(), k), init, barycenter,
-                                 permutations, assignment);
+  return free_support_barycenter(ctx, params, measures, vector_view<const double>(w.data(), k), init, barycenter,
+                                 permutations);
 }
 
 }  // namespace ot

@@ -25,10 +25,10 @@
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/device_buffer.cuh>
 #include <moecomp/cuda/core/error.cuh>
+#include <moecomp/ot/sinkhorn_types.hpp>
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
 #include <moecomp/cuda/ot/detail/sinkhorn_device.cuh>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
-#include <moecomp/ot/sinkhorn_types.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -48,26 +48,39 @@ inline void check_sinkhorn_params(const char* function, const sinkhorn_params& p
   ot::detail::check_sinkhorn_params(function, params);
 }
 
+/// The stacks must be one (batch n) x m matrix each (matrix_stride = n * row_stride): the device kernels
+/// address problem p at rows [p n, (p + 1) n) of that matrix.
+template <class S>
+void check_stacked_rows(const char* function, const char* name, const S& stack) {
+  MOECOMP_EXPECTS(stack.count() <= 1 || stack.matrix_stride() == stack.rows() * stack.row_stride(), function, ": ",
+                  name, " must be stacked at its row stride on the device (matrix_stride = rows * row_stride = ",
+                  stack.rows() * stack.row_stride(), "), got matrix_stride ", stack.matrix_stride());
+}
+
 template <class A, class B, class C, class P>
 void check_batched_shapes(const char* function, const A& a, const B& b, const C& costs, const P& plans,
                           index_t results) {
   const index_t batch = a.rows(), n = a.cols(), m = b.cols();
   MOECOMP_EXPECTS(b.rows() == batch, function, ": b must have ", batch, " rows like a (one per problem), got ",
                   moecomp::detail::shape_string(b.rows(), b.cols()));
-  MOECOMP_EXPECTS(costs.rows() == batch * n && costs.cols() == m, function, ": costs must be ",
-                  moecomp::detail::shape_string(batch * n, m), " (batch * n x m), got ",
-                  moecomp::detail::shape_string(costs.rows(), costs.cols()));
-  MOECOMP_EXPECTS(plans.rows() == batch * n && plans.cols() == m, function, ": plans must be ",
-                  moecomp::detail::shape_string(batch * n, m), " like costs, got ", moecomp::detail::shape_string(plans.rows(), plans.cols()));
+  MOECOMP_EXPECTS(costs.count() == batch && costs.rows() == n && costs.cols() == m, function,
+                  ": costs must be a stack of ", batch, " matrices of ", moecomp::detail::shape_string(n, m),
+                  " (batch x n x m), got ", costs.count(), " of ", moecomp::detail::shape_string(costs.rows(), costs.cols()));
+  MOECOMP_EXPECTS(plans.count() == batch && plans.rows() == n && plans.cols() == m, function,
+                  ": plans must be a stack of ", batch, " matrices of ", moecomp::detail::shape_string(n, m),
+                  " like costs, got ", plans.count(), " of ", moecomp::detail::shape_string(plans.rows(), plans.cols()));
   MOECOMP_EXPECTS(results == batch, function, ": results must have ", batch, " elements (one per problem), got ",
                   results);
   MOECOMP_EXPECTS(batch == 0 || (n > 0 && m > 0), function, ": each problem needs n >= 1 and m >= 1, got a ",
                   moecomp::detail::shape_string(a.rows(), a.cols()), " and b ", moecomp::detail::shape_string(b.rows(), b.cols()));
+  check_stacked_rows(function, "costs", costs);
+  check_stacked_rows(function, "plans", plans);
 }
 
 template <class T>
 sinkhorn_problem<T> batched_problem(matrix_view<const T, device_memory> a, matrix_view<const T, device_memory> b,
-                                    matrix_view<const T, device_memory> costs, matrix_view<T, device_memory> plans) {
+                                    matrix_stack_view<const T, device_memory> costs,
+                                    matrix_stack_view<T, device_memory> plans) {
   return {a.data(),    a.row_stride(),     1, b.data(), b.row_stride(), 1, costs.data(), costs.row_stride(),
           plans.data(), plans.row_stride(), a.rows(), a.cols(),       b.cols()};
 }
@@ -85,17 +98,18 @@ std::size_t sinkhorn_batched_workspace_size(const sinkhorn_params& params, index
   return cuda_detail::make_sinkhorn_plan<T>("sinkhorn_batched", batch, n, m).bytes;
 }
 
-/// `batch` independent problems on the device: problem p has weights a(p, :) (n) and b(p, :) (m), costs
-/// rows [p n, (p + 1) n) of `costs`, and gets its plan in the same rows of `plans` and its result in
-/// results[p]. With `results` in device memory the call is asynchronous (see above); with `results` in host
+/// A batch of independent problems on the device (the batch rule, docs/index.md): problem p has weights
+/// a(p, :) (n) and b(p, :) (m) and cost costs[p] (n x m), and gets its plan in plans[p] and its result in
+/// results[p]; the batch size is a.rows(). On the device each stack must be stacked at its row stride
+/// (matrix_stride = n * row_stride, as a C-contiguous batch x n x m array is). With `results` in device memory the call is asynchronous (see above); with `results` in host
 /// memory it copies them back and SYNCHRONISES ctx.stream. a, b, costs: const or mutable views of T.
 template <class T, class UA, class UB, class UC, class ResultSpace,
           std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
                                std::is_same_v<std::remove_const_t<UC>, T>,
                            int> = 0>
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
-                      matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
-                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results,
+                      matrix_view<UB, device_memory> b, matrix_stack_view<UC, device_memory> costs,
+                      matrix_stack_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results,
                       vector_view<std::byte, device_memory> workspace) {
   constexpr bool results_on_host = std::is_same_v<ResultSpace, host_memory>;
   cuda_detail::check_device_element_type<T>();
@@ -119,8 +133,8 @@ template <class T, class UA, class UB, class UC, class ResultSpace,
                                std::is_same_v<std::remove_const_t<UC>, T>,
                            int> = 0>
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
-                      matrix_view<UB, device_memory> b, matrix_view<UC, device_memory> costs,
-                      matrix_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results) {
+                      matrix_view<UB, device_memory> b, matrix_stack_view<UC, device_memory> costs,
+                      matrix_stack_view<T, device_memory> plans, vector_view<sinkhorn_result, ResultSpace> results) {
   cuda_detail::check_device_element_type<T>();
   cuda_detail::check_sinkhorn_params("sinkhorn_batched", params);
   cuda_detail::check_batched_shapes("sinkhorn_batched", a, b, costs, plans, results.size());

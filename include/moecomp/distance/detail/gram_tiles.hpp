@@ -4,6 +4,7 @@
 // are computed (half the flops). Tiles run in parallel with OpenMP when it is enabled; each tile's GEMM is
 // a single-threaded kernel (core/detail/gemm.hpp: Eigen's, or a CBLAS under MOECOMP_USE_CBLAS), so the
 // result does not depend on the thread count.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/detail/gemm.hpp>
 #include <moecomp/core/views.hpp>

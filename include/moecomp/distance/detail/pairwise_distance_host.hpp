@@ -13,6 +13,7 @@
 // a power of two, exactly: the Euclidean metrics by one factor for all rows (their distances scale with it
 // and are scaled back), cosine and correlation by one factor per row (they do not depend on it). Inside
 // the band nothing is scaled, so ordinary inputs give bit for bit what they gave before.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/detail/range_scaling.hpp>
 #include <moecomp/core/detail/traits.hpp>

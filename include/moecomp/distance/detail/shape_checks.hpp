@@ -2,6 +2,7 @@
 // The argument checks of the pairwise distances, shared by the host (<moecomp/distance/pairwise_distance.hpp>)
 // and device (<moecomp/cuda/distance/pairwise_distance.cuh>) functions, so both report the same messages.
 // Plain C++17, no Eigen.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/distance/distance_types.hpp>
 

@@ -2,6 +2,7 @@
 // Shared by the interop adaptors: turns a foreign (data, shape, element strides) description into a
 // moecomp view, accepting exactly what a row-major view can express and naming the caller and the
 // foreign object in every rejection. Includes no foreign library.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 

@@ -10,6 +10,7 @@
 //
 // Not covered: durability across power loss (no fsync, which plain C++17 does not offer), and the new
 // file gets the default permissions (0666 & ~umask), not the replaced file's.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 
 #include <cerrno>

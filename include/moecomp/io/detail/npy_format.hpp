@@ -3,6 +3,7 @@
 // header dict NumPy writes, the header NumPy would write for a shape, byte swapping and the Fortran -> C
 // reordering. Everything here reports malformed input through MOECOMP_FAIL(io_error) with a message that
 // names the function and the source; nothing allocates more than the input's own size.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 

@@ -13,6 +13,7 @@
 // and the prices of the previous phase.
 //
 // The schedule and the cost summary are shared with the CUDA port (<moecomp/cuda/ot/auction_assignment.cuh>).
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>

@@ -2,6 +2,7 @@
 // Host implementation of the fixed-support entropic barycenter: POT 0.8.2 ot.bregman.barycenter with
 // method 'sinkhorn' (barycenter_sinkhorn) and 'sinkhorn_log' (_barycenter_sinkhorn_log). Every sum has a
 // fixed order that does not depend on how rows are shared among threads: bit-identical for any thread count.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/ot/detail/sinkhorn_host.hpp>
@@ -269,7 +270,8 @@ fixed_support_barycenter_result barycenter_bregman(const host_context& ctx, cons
   double* col = spread + ld;
   double* thread_scratch = col + ld;
   std::fill(thread_scratch, thread_scratch + barycenter_thread_doubles(k) * static_cast<std::size_t>(threads), 0.0);
-  std::vector<unsigned char> chunk_finite(static_cast<std::size_t>(chunks), 1);
+  moecomp::detail::host_workspace<unsigned char> chunk_finite(ctx, static_cast<std::size_t>(chunks));
+  std::fill(chunk_finite.data(), chunk_finite.data() + chunks, static_cast<unsigned char>(1));
   for (std::size_t e = 0; e < (2 + products) * nk; ++e) a[e] = 0;
   for (index_t i = 0; i < n; ++i)
     for (index_t h = 0; h < k; ++h) a[h * ld + i] = static_cast<double>(A(i, h));
@@ -318,7 +320,8 @@ fixed_support_barycenter_result barycenter_bregman(const host_context& ctx, cons
   for (std::size_t e = 0; e < products * nk; ++e) acc[e] = 0;
 
   fixed_support_barycenter_result result;
-  result.residual = 1;
+  result.criterion = 1;
+  bool converged = false;
   bool have_bar = false;
   for (index_t it = 0; it < p.max_iterations; ++it) {
     result.iterations = it + 1;
@@ -373,7 +376,7 @@ fixed_support_barycenter_result barycenter_bregman(const host_context& ctx, cons
       }
     });
     bool finite = true;
-    for (unsigned char f : chunk_finite) finite = finite && f != 0;
+    for (index_t c = 0; c < chunks; ++c) finite = finite && chunk_finite[static_cast<std::size_t>(c)] != 0;
     if (!finite) {
       result.status = status::numerical_error;
       break;
@@ -383,9 +386,9 @@ fixed_support_barycenter_result barycenter_bregman(const host_context& ctx, cons
     if (check) {
       double total = 0;
       for (index_t j = 0; j < n; ++j) total += spread[j];
-      result.residual = total;
+      result.criterion = total;
       if (total < p.tolerance) {
-        result.converged = true;
+        converged = true;
         break;
       }
     }
@@ -393,7 +396,7 @@ fixed_support_barycenter_result barycenter_bregman(const host_context& ctx, cons
   if (!have_bar)  // failed at the first iteration
     for (index_t i = 0; i < n; ++i) last_bar[i] = std::numeric_limits<double>::quiet_NaN();
   if (result.status != status::numerical_error)
-    result.status = result.converged ? status::ok : status::iteration_limit;
+    result.status = converged ? status::ok : status::iteration_limit;
   std::copy(last_bar, last_bar + n, out);
   return result;
 }
@@ -425,7 +428,8 @@ fixed_support_barycenter_result barycenter_bregman_log(const host_context& ctx,
   const double scale = -1.0 / p.reg;
   const bool parallel = n * n >= sinkhorn_parallel_min_entries;
   fixed_support_barycenter_result result;
-  result.residual = 1;
+  result.criterion = 1;
+  bool converged = false;
   bool have_bar = false;
   for (index_t it = 0; it < p.max_iterations; ++it) {
     result.iterations = it + 1;
@@ -467,9 +471,9 @@ fixed_support_barycenter_result barycenter_bregman_log(const host_context& ctx,
         }
         total += std::sqrt(var / static_cast<double>(k));
       }
-      result.residual = total;
+      result.criterion = total;
       if (total < p.tolerance) {
-        result.converged = true;
+        converged = true;
         break;
       }
     }
@@ -479,7 +483,7 @@ fixed_support_barycenter_result barycenter_bregman_log(const host_context& ctx,
   if (!have_bar)
     for (index_t i = 0; i < n; ++i) bar[i] = std::numeric_limits<double>::quiet_NaN();
   if (result.status != status::numerical_error)
-    result.status = result.converged ? status::ok : status::iteration_limit;
+    result.status = converged ? status::ok : status::iteration_limit;
   std::copy(bar, bar + n, out);
   return result;
 }

@@ -3,6 +3,7 @@
 // 1/n, barycenter of n points of mass 1/n. The exact OT plans between two such measures include a
 // permutation (Birkhoff), so each OT is one linear assignment and the barycenter update
 // X <- sum_j w_j diag(1/b) T_j X_j becomes X(l) = sum_j w_j x_{j, source_j(l)}.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/ot/detail/free_support_common.hpp>
 #include <moecomp/ot/free_support_barycenter_types.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
@@ -24,7 +25,7 @@ namespace detail {
 template <class T>
 class uniform_barycenter_solver {
  public:
-  uniform_barycenter_solver(const host_context& ctx, matrix_view<const T> measures, index_t k, const double* weights,
+  uniform_barycenter_solver(const host_context& ctx, matrix_stack_view<const T> measures, index_t k, const double* weights,
                             index_t n)
       : ctx_(ctx),
         measures_(measures),
@@ -47,7 +48,7 @@ class uniform_barycenter_solver {
 
   index_t* permutation() const { return permutation_.data(); }
 
-  matrix_view<const T> cloud(index_t j) const { return measures_.row_range(j * n_, n_); }
+  matrix_view<const T> cloud(index_t j) const { return measures_[j]; }
 
   /// One exact assignment per cloud against `barycenter` (n x d, contiguous); the permutations land in
   /// permutation(). False when a cost entry was not finite or an assignment did not solve.
@@ -108,7 +109,7 @@ class uniform_barycenter_solver {
       std::fill(acc, acc + d_, 0.0);
       for (index_t j = 0; j < k_; ++j) {
         const double w = weights_[j];
-        const T* x = measures_.row_ptr(j * n_ + source_[static_cast<std::size_t>(j * n_ + l)]);
+        const T* x = measures_.row_ptr(j, source_[static_cast<std::size_t>(j * n_ + l)]);
         for (index_t c = 0; c < d_; ++c) acc[c] += w * static_cast<double>(x[c]);
       }
       T* out = next + l * d_;
@@ -146,7 +147,7 @@ class uniform_barycenter_solver {
       double total = 0.0;
       const index_t* p = permutation_.data() + j * n_;
       for (index_t i = 0; i < n_; ++i) {
-        const T* x = measures_.row_ptr(j * n_ + i);
+        const T* x = measures_.row_ptr(j, i);
         const T* b = barycenter + p[i] * d_;
         double row = 0.0;
         for (index_t c = 0; c < d_; ++c) {
@@ -205,7 +206,7 @@ class uniform_barycenter_solver {
   }
 
   const host_context& ctx_;
-  matrix_view<const T> measures_;
+  matrix_stack_view<const T> measures_;
   index_t k_, n_, d_;
   const double* weights_;
   int threads_;
@@ -220,10 +221,10 @@ class uniform_barycenter_solver {
 template <class T>
 free_support_barycenter_result free_support_uniform(const host_context& ctx,
                                                     const free_support_barycenter_params& params,
-                                                    matrix_view<const T> measures, index_t k, const double* weights,
+                                                    matrix_stack_view<const T> measures, const double* weights,
                                                     matrix_view<const T> init, matrix_view<T> barycenter,
                                                     matrix_view<index_t> permutations) {
-  const index_t n = init.rows(), d = init.cols();
+  const index_t k = measures.count(), n = init.rows(), d = init.cols();
   free_support_barycenter_result result;
   uniform_barycenter_solver<T> solver(ctx, measures, k, weights, n);
   host_workspace<T> current(ctx, static_cast<std::size_t>(n * d)), next(ctx, static_cast<std::size_t>(n * d));
@@ -246,13 +247,13 @@ free_support_barycenter_result free_support_uniform(const host_context& ctx,
     result.iterations = iteration;
     if (iteration > 1 && std::memcmp(previous.data(), solver.permutation(), perm_bytes) == 0) {
       // Same permutations as for the update that produced x: that update would reproduce x bit for bit.
-      result.displacement = 0.0;
+      result.criterion = 0.0;
       result.status = moecomp::status::ok;
       optimal_for_x = true;
       break;
     }
     const double displacement = solver.update(x, x_next);
-    result.displacement = displacement;
+    result.criterion = displacement;
     if (!std::isfinite(displacement)) {  // keep the last finite iterate
       failed = true;
       break;

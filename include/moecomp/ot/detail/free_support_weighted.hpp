@@ -1,6 +1,7 @@
 #pragma once
 // The general path of the free-support barycenter (POT's free_support_barycenter): measures of any sizes
 // and masses, exact OT by the network simplex, X <- sum_j w_j diag(1/b) T_j X_j.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/ot/detail/free_support_common.hpp>
 #include <moecomp/ot/emd.hpp>
 #include <moecomp/ot/free_support_barycenter_types.hpp>
@@ -215,7 +216,7 @@ free_support_barycenter_result free_support_weighted(const host_context& ctx,
     }
     result.iterations = iteration;
     const double displacement = solver.update(w.data(), current, next);
-    result.displacement = displacement;
+    result.criterion = displacement;
     if (!std::isfinite(displacement)) {  // keep the last finite iterate
       failed = true;
       break;

@@ -1,6 +1,7 @@
 #pragma once
 // Argument checks shared by the assignment solvers (Jonker-Volgenant, auction; host and device): shapes
 // and the cost's values, with messages that name the function, the argument, and what was expected.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/views.hpp>
@@ -35,7 +36,7 @@ inline void check_column_vector(const char* function, const char* name, index_t 
 /// Rejects NaN anywhere and the infinity of the wrong sign: +inf marks a forbidden pair when minimising,
 /// -inf when maximising; the other infinity would make the objective unbounded.
 template <class T>
-void check_cost_values(const char* function, matrix_view<const T> cost, bool maximize) {
+void check_cost_values(const char* function, matrix_view<const T> cost, bool maximize, const char* name = "cost") {
   const T rejected = maximize ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity();
   const index_t m = cost.cols();
   for (index_t i = 0; i < cost.rows(); ++i) {
@@ -44,9 +45,9 @@ void check_cost_values(const char* function, matrix_view<const T> cost, bool max
     for (index_t k = 0; k < m; ++k) bad |= static_cast<int>(row[k] != row[k]) | static_cast<int>(row[k] == rejected);
     if (MOECOMP_LIKELY(bad == 0)) continue;
     for (index_t k = 0; k < m; ++k) {
-      MOECOMP_EXPECTS(row[k] == row[k], function, ": cost(", i, ", ", k,
+      MOECOMP_EXPECTS(row[k] == row[k], function, ": ", name, "(", i, ", ", k,
                       ") is NaN; costs must be numbers (", maximize ? "-inf" : "+inf", " marks a forbidden pair)");
-      MOECOMP_EXPECTS(row[k] != rejected, function, ": cost(", i, ", ", k, ") is ", maximize ? "+inf" : "-inf",
+      MOECOMP_EXPECTS(row[k] != rejected, function, ": ", name, "(", i, ", ", k, ") is ", maximize ? "+inf" : "-inf",
                       "; when ", maximize ? "maximising" : "minimising", " only ", maximize ? "-inf" : "+inf",
                       " (a forbidden pair) may be infinite");
     }

@@ -15,6 +15,7 @@
 // Rectangular problems: the LP dual of "each row once, each column at most once" has v_j <= 0 with v_j = 0
 // on unassigned columns. Starting from v = 0, potentials only ever decrease, and only on columns that are
 // or become assigned (assigned columns stay assigned), so the final potentials satisfy it.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>

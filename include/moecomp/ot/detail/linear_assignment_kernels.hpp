@@ -13,6 +13,7 @@
 // lanes are merged by (value, index). Compilers without vector extensions get the scalar loops.
 //
 // MOECOMP_LSA_LANES (2, 4 or 8) overrides the width; MOECOMP_LSA_SCALAR forces the scalar loops.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 
 #include <cstdint>

@@ -11,6 +11,7 @@
 // Anti-cycling: the tree is kept strongly feasible (every zero-flow tree arc points towards the root), by
 // taking as leaving arc the last blocking arc met when walking the pivot cycle in its orientation from the
 // apex (Cunningham's rule). Rows and columns of zero mass carry no flow in any plan and are left out.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
@@ -127,6 +128,7 @@ class transport_simplex {
       if (!(demand_[j] > 0)) pi_[n_ + j] = -std::numeric_limits<double>::infinity();
 
     iterations_ = 0;
+    entering_reduced_cost_ = 0;
     status_ = moecomp::status::ok;
     const std::int64_t refresh = 2 * (n_ + m_) + 16;
     for (;;) {
@@ -135,6 +137,7 @@ class transport_simplex {
       if (!find_entering(in_row, in_col, reduced)) break;
       if (iterations_ >= max_iterations) {
         status_ = moecomp::status::iteration_limit;
+        entering_reduced_cost_ = reduced;
         break;
       }
       pivot(static_cast<node>(in_row), static_cast<node>(n_ + in_col), reduced);
@@ -149,6 +152,9 @@ class transport_simplex {
 
   moecomp::status status() const noexcept { return status_; }
   std::int64_t iterations() const noexcept { return iterations_; }
+  /// Reduced cost of the arc that would have entered next: 0 when solve() found none (optimal), negative
+  /// when it stopped at max_iterations.
+  double entering_reduced_cost() const noexcept { return entering_reduced_cost_; }
   bool used_artificial_start() const noexcept { return used_artificial_start_; }
 
   /// Calls f(i, j, flow) for each real tree arc (at most n + m - 1), in node order.
@@ -638,6 +644,7 @@ class transport_simplex {
   std::int64_t block_ = 1;
   index_t next_row_ = 0, next_col_ = 0;
   std::int64_t iterations_ = 0;
+  double entering_reduced_cost_ = 0;
   moecomp::status status_ = moecomp::status::ok;
   bool used_artificial_start_ = false;
   moecomp::detail::host_workspace<node> parent_, thread_, rev_thread_, depth_;

@@ -1,6 +1,8 @@
 #pragma once
 // Argument checks of Sinkhorn and the fixed-support barycenter, shared by the host and device overloads.
 // Every message names the function and the argument and gives the expected and the actual value.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
@@ -48,16 +50,10 @@ inline void check_sinkhorn_params(const char* function, const sinkhorn_params& p
 }
 
 /// Masses must be finite and >= 0 with a positive total; returns the total (in double).
-template <class T, class Get>
+template <class Get>
 double check_histogram(const char* function, const char* name, index_t size, Get&& get) {
-  double total = 0;
-  for (index_t i = 0; i < size; ++i) {
-    const double x = static_cast<double>(get(i));
-    MOECOMP_EXPECTS(std::isfinite(x) && x >= 0, function, ": ", name, " must hold finite masses >= 0, got ", x,
-                    " at index ", i);
-    total += x;
-  }
-  MOECOMP_EXPECTS(total > 0, function, ": ", name, " must have a positive total mass, got ", total);
+  const double total = moecomp::detail::check_masses(function, name, size, get);
+  moecomp::detail::check_positive_total(function, name, total);
   return total;
 }
 
@@ -69,62 +65,16 @@ constexpr double mass_tolerance() {
 
 template <class T>
 void check_equal_mass(const char* function, double sum_a, double sum_b) {
-  MOECOMP_EXPECTS(std::fabs(sum_a - sum_b) <= mass_tolerance<T>() * std::max(sum_a, sum_b), function,
-                  ": a and b must have equal total mass (relative difference <= ", mass_tolerance<T>(),
-                  "), got sum(a) = ", sum_a, " and sum(b) = ", sum_b);
+  moecomp::detail::check_equal_totals(function, sum_a, sum_b, mass_tolerance<T>());
 }
 
-/// Whether x[0..count) are all finite. Branch-free on the bit patterns (the exponent field is all ones
-/// exactly for inf and NaN) so that it vectorises: the check reads the whole cost matrix.
-template <class T>
-bool row_is_finite(const T* x, index_t count) noexcept {
-  if constexpr (std::is_same_v<std::remove_const_t<T>, double> || std::is_same_v<std::remove_const_t<T>, float>) {
-    using bits_type = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
-    constexpr bits_type exponent = sizeof(T) == 8 ? bits_type(0x7ff0000000000000ull) : bits_type(0x7f800000u);
-    bits_type bad = 0;
-    for (index_t j = 0; j < count; ++j) {
-      bits_type bits;
-      std::memcpy(&bits, x + j, sizeof bits);
-      bad |= (bits & exponent) == exponent;
-    }
-    return bad == 0;
-  } else {
-    for (index_t j = 0; j < count; ++j)
-      if (!std::isfinite(static_cast<double>(x[j]))) return false;
-    return true;
-  }
-}
-
-/// Below this many entries the finite check runs on one thread.
-constexpr index_t finite_check_parallel_min_entries = index_t(1) << 18;
-
-/// The lowest row of a host matrix holding a non-finite entry, or rows() when there is none. Rows are scanned
-/// in parallel; the minimum does not depend on the thread count.
-template <class T, class Space>
-index_t first_non_finite_row(matrix_view<T, Space> cost, int threads) {
-  const index_t n = cost.rows(), m = cost.cols();
-  index_t first_bad_row = n;
-  (void)threads;
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads) if (threads > 1 && n * m >= finite_check_parallel_min_entries) \
-    reduction(min : first_bad_row) schedule(static)
-#endif
-  for (index_t i = 0; i < n; ++i)
-    if (!row_is_finite(cost.row_ptr(i), m)) first_bad_row = std::min(first_bad_row, i);
-  return first_bad_row;
-}
+using moecomp::detail::first_non_finite_row;
 
 /// Every entry of a host cost matrix is finite; the message names the first bad entry in row-major order
 /// (whatever the thread count: the rows are scanned in parallel, the lowest bad row is reported).
-template <class T, class Space>
-void check_finite_cost(const char* function, const char* name, matrix_view<T, Space> cost, int threads = 1) {
-  const index_t m = cost.cols();
-  const index_t first_bad_row = first_non_finite_row(cost, threads);
-  if (first_bad_row == cost.rows()) return;
-  const T* row = cost.row_ptr(first_bad_row);
-  for (index_t j = 0; j < m; ++j)
-    MOECOMP_EXPECTS(std::isfinite(static_cast<double>(row[j])), function, ": ", name, " must be finite, got ",
-                    static_cast<double>(row[j]), " at (", first_bad_row, ", ", j, ")");
+template <class T>
+void check_finite_cost(const char* function, const char* name, matrix_view<T> cost, int threads = 1) {
+  moecomp::detail::check_finite(function, name, cost, threads);
 }
 
 /// A host cost in which +inf marks a forbidden pair (its plan entry is 0, as POT's exp(-inf) gives): NaN and
@@ -171,17 +121,6 @@ double cost_over_allowed_pairs(matrix_view<const T> plan, matrix_view<const T> c
     total += row;
   }
   return total;
-}
-
-/// True when the memory spanned by the two matrices intersects.
-template <class T, class U, class Space>
-bool spans_overlap(matrix_view<T, Space> x, matrix_view<U, Space> y) {
-  if (x.empty() || y.empty()) return false;
-  const auto x_first = reinterpret_cast<std::uintptr_t>(x.data());
-  const auto x_last = reinterpret_cast<std::uintptr_t>(x.row_ptr(x.rows() - 1) + x.cols());
-  const auto y_first = reinterpret_cast<std::uintptr_t>(y.data());
-  const auto y_last = reinterpret_cast<std::uintptr_t>(y.row_ptr(y.rows() - 1) + y.cols());
-  return x_first < y_last && y_first < x_last;
 }
 
 }  // namespace detail

@@ -3,6 +3,7 @@
 // without -ffast-math). Accuracy: about 1 ulp over the normal range; subnormal results are produced (as
 // std::exp does), exp(x) = 0 below about -745 and for -inf, +inf above about 709.78. NaN is NOT propagated
 // (a NaN argument gives 0 or +inf): callers check their operands for NaN themselves.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 // Host drivers of the four Sinkhorn methods (POT 0.8.2 conventions, see docs/sinkhorn.md). The kernel
 // K = exp(-C / reg) lives in the caller's plan buffer until the last step scales it into the plan, so a
 // solve needs only O(n + m) workspace besides the column accumulators.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
@@ -455,8 +456,7 @@ sinkhorn_result solve_one(const host_context& ctx, int threads, const sinkhorn_p
     }
   }
   result.iterations = outcome.iterations;
-  result.marginal_error = outcome.error;
-  result.converged = outcome.converged && !outcome.numerical_error;
+  result.criterion = outcome.error;
   result.status = outcome.numerical_error ? status::numerical_error
                   : outcome.converged     ? status::ok
                                           : status::iteration_limit;

@@ -13,6 +13,7 @@
 // compute the same partial sums. Every multiply-add is written as multiply_add (fused exactly when the
 // target has a fast FMA), not left to the compiler's contraction, which may differ between two inlined
 // copies of a loop: so the vector and the scalar loops agree bit for bit on one target (tested).
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 
 #include <cmath>

@@ -7,6 +7,7 @@
 // of threads. Blocks are handed out on demand (a descheduled thread holds the others up by one block at
 // most), in increasing order on even and decreasing order on odd iterations, so that the rows touched last
 // (still in the last-level cache) are the first read next.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/ot/detail/sinkhorn_exp.hpp>

@@ -2,6 +2,7 @@
 // Deterministic block-wide sum: a fixed shuffle tree inside each warp, then the warp totals summed by
 // warp 0 in the same fixed tree. The order of additions depends only on the block size, never on timing,
 // so a result is bit-identical from run to run.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 
 MOECOMP_NAMESPACE_BEGIN

@@ -2,6 +2,7 @@
 // cuBLAS for every device algorithm: the session that borrows (or creates) a handle for one call and leaves a
 // caller's handle as it found it, and the one GEMM shape the algorithms need, row-major A B^T (as the host's
 // core/detail/gemm.hpp).
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>

@@ -3,6 +3,7 @@
 // boundary (the total carries 256 bytes of slack, so a caller's workspace needs no particular alignment),
 // the check of a caller's workspace, a workspace from the context's allocator for one call, pinned host
 // memory for the scalars an iterative algorithm reads back, and the element-type check.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/views.hpp>

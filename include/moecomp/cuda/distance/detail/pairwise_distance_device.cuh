@@ -16,6 +16,7 @@
 //
 // Workspace layout: every piece starts on a 256-byte boundary; the total includes 256 bytes of slack so
 // that a caller's workspace needs no particular alignment.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/detail/block_reduce.cuh>
@@ -38,17 +39,7 @@ MOECOMP_NAMESPACE_BEGIN
 namespace distance {
 namespace cuda_detail {
 
-using moecomp::detail::aligned_base;
-using moecomp::detail::at;
-using moecomp::detail::ceil_div;
-using moecomp::detail::check_device_element_type;
-using moecomp::detail::cublas_session;
-using moecomp::detail::gemm_abt;
-using moecomp::detail::max_index;
-using moecomp::detail::min_index;
-using moecomp::detail::round_up;
-using moecomp::detail::scoped_workspace;
-using moecomp::detail::workspace_layout;
+using namespace moecomp::detail;  // the shared device layer: cuda/core/detail, core/detail
 
 enum class output_form { cross, square, condensed };
 

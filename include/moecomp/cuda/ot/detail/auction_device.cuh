@@ -18,6 +18,7 @@
 //
 // The host reads the number of unassigned rows after every few rounds (the rounds in between cost nothing
 // once all are assigned), so the auction SYNCHRONISES ctx.stream.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/detail/block_reduce.cuh>

@@ -7,6 +7,7 @@
 //           previous iteration; stop if no permutation changed; B <- sum_j w_j x_{j, source_j(l)} (gather
 //           kernel, sums over j in order in double); stop if ||B_new - B||_F^2 <= tolerance;
 //   then one more round of auctions when the last update moved B, and the objective.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/detail/block_reduce.cuh>
 #include <moecomp/cuda/core/error.cuh>

@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the device optimal-transport algorithms: the device workspace machinery of
 // cuda/core/detail/workspace.cuh under the module's names, and the int-extent check of its kernels.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
@@ -20,16 +21,7 @@ MOECOMP_NAMESPACE_BEGIN
 namespace ot {
 namespace cuda_detail {
 
-using moecomp::detail::aligned_base;
-using moecomp::detail::at;
-using moecomp::detail::ceil_div;
-using moecomp::detail::check_device_element_type;
-using moecomp::detail::check_workspace;
-using moecomp::detail::max_index;
-using moecomp::detail::min_index;
-using moecomp::detail::pinned_scalars;
-using moecomp::detail::scoped_workspace;
-using moecomp::detail::workspace_layout;
+using namespace moecomp::detail;  // the shared device layer: cuda/core/detail, core/detail
 
 /// The kernels index rows and columns with int where it saves registers: refuse what does not fit.
 inline void check_int_extent(const char* function, const char* what, index_t value) {

@@ -15,6 +15,7 @@
 // a problem (the error, the cost) go through block_sum. Nothing uses atomics and every order is fixed, so the
 // results are bit-identical from run to run. Potentials and logsumexps are in double whatever T (as the
 // host's); the costs are read in T and the plan is written in T.
+#include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/detail/block_reduce.cuh>
 #include <moecomp/cuda/core/error.cuh>
@@ -198,7 +199,6 @@ MOECOMP_KERNEL void __launch_bounds__(sinkhorn_block) sinkhorn_log_kernel(const 
       have_error = true;
       if (current < args.tolerance) {
         result.status = moecomp::status::ok;
-        result.converged = true;
         ++it;
         break;
       }
@@ -224,7 +224,7 @@ MOECOMP_KERNEL void __launch_bounds__(sinkhorn_block) sinkhorn_log_kernel(const 
     const double total_cost = moecomp::detail::block_sum<sinkhorn_block>(cost_sum, scratch);
     if (threadIdx.x == 0) {
       result.cost = total_cost;
-      result.marginal_error = error;
+      result.criterion = error;
       result.iterations = it;
       args.results[p] = result;
     }
