@@ -38,18 +38,32 @@ struct linkage {
   }
 };
 
+// The two criteria of cluster::fcluster, as scipy's fcluster(Z, t, criterion).
+cluster::fcluster_params maxclust_params(index_t k) {
+  cluster::fcluster_params p;
+  p.criterion = cluster::fcluster_criterion::maxclust;
+  p.max_clusters = k;
+  return p;
+}
+cluster::fcluster_params distance_params(double t) {
+  cluster::fcluster_params p;
+  p.criterion = cluster::fcluster_criterion::distance;
+  p.height = t;
+  return p;
+}
+
 labels_t maxclust(const linkage& z, index_t k, index_t* count = nullptr) {
   labels_t labels(static_cast<std::size_t>(z.n()));
-  const index_t c = cluster::fcluster_maxclust(host_context(), z.view(), k,
-                                               moecomp::make_vector_view(labels.data(), z.n()));
+  const index_t c = cluster::fcluster(host_context(), maxclust_params(k), z.view(),
+                                      moecomp::make_vector_view(labels.data(), z.n()));
   if (count) *count = c;
   return labels;
 }
 
 labels_t by_distance(const linkage& z, double t, index_t* count = nullptr) {
   labels_t labels(static_cast<std::size_t>(z.n()));
-  const index_t c = cluster::fcluster_distance(host_context(), z.view(), t,
-                                               moecomp::make_vector_view(labels.data(), z.n()));
+  const index_t c = cluster::fcluster(host_context(), distance_params(t), z.view(),
+                                      moecomp::make_vector_view(labels.data(), z.n()));
   if (count) *count = c;
   return labels;
 }
@@ -223,7 +237,7 @@ TEST_CASE("random trees: distance cuts agree with cophenetic distances, maxclust
     labels_t labels(static_cast<std::size_t>(n)), coarser(static_cast<std::size_t>(n));
     const auto lv = moecomp::make_vector_view(labels.data(), n);
     for (double t = -0.5; t <= h + 0.5; t += 0.5) {
-      const index_t count = cluster::fcluster_distance(ctx, z, t, lv);
+      const index_t count = cluster::fcluster(ctx, distance_params(t), z, lv);
       std::int64_t seen = -1;
       int unordered = 0, disagreements = 0;
       for (index_t p = 0; p < n; ++p) {
@@ -241,7 +255,7 @@ TEST_CASE("random trees: distance cuts agree with cophenetic distances, maxclust
     // maxclust: exactly K clusters, and the cut for K is a coarsening of the cut for K + 1.
     for (index_t k = 1; k <= n; ++k) {
       INFO("trial " << trial << ", n = " << n << ", K = " << k);
-      CHECK(cluster::fcluster_maxclust(ctx, z, k, lv) == k);
+      CHECK(cluster::fcluster(ctx, maxclust_params(k), z, lv) == k);
       int not_nested = 0;
       if (k > 1)
         for (index_t i = 0; i < n; ++i)
@@ -298,14 +312,17 @@ TEST_CASE("fcluster and cophenet arguments: the calling function is named") {
   const host_context ctx;
   labels_t labels(5);
   const auto lv = moecomp::make_vector_view(labels.data(), index_t{5});
-  CHECK(thrown_message([&] { cluster::fcluster_maxclust(ctx, five.view(), 0, lv); }) ==
-        "fcluster_maxclust: max_clusters must be >= 1, got 0");
-  CHECK(thrown_message([&] { cluster::fcluster_maxclust(ctx, five.view(), 2, lv.subview(0, 4)); }) ==
-        "fcluster_maxclust: labels must have n = 5 elements (rows of z + 1), got 4");
-  CHECK(thrown_message([&] { cluster::fcluster_distance(ctx, five.view(), std::nan(""), lv); }) ==
-        "fcluster_distance: height must not be NaN");
-  CHECK(thrown_message([&] { cluster::fcluster_distance(ctx, five.view(), 1.0, lv.subview(0, 3)); }) ==
-        "fcluster_distance: labels must have n = 5 elements (rows of z + 1), got 3");
+  CHECK(thrown_message([&] { cluster::fcluster(ctx, maxclust_params(0), five.view(), lv); }) ==
+        "fcluster: params.max_clusters must be >= 1, got 0");
+  CHECK(thrown_message([&] { cluster::fcluster(ctx, maxclust_params(2), five.view(), lv.subview(0, 4)); }) ==
+        "fcluster: labels must have n = 5 elements (rows of z + 1), got 4");
+  CHECK(thrown_message([&] { cluster::fcluster(ctx, distance_params(std::nan("")), five.view(), lv); }) ==
+        "fcluster: params.height must not be NaN");
+  CHECK(thrown_message([&] { cluster::fcluster(ctx, distance_params(1.0), five.view(), lv.subview(0, 3)); }) ==
+        "fcluster: labels must have n = 5 elements (rows of z + 1), got 3");
+  CHECK(cluster::parse_fcluster_criterion("distance") == cluster::fcluster_criterion::distance);
+  CHECK(thrown_message([&] { cluster::parse_fcluster_criterion("inconsistent"); }) ==
+        "criterion: expected maxclust or distance, got 'inconsistent'");
   std::vector<double> coph(9);
   CHECK(thrown_message([&] {
           cluster::cophenetic_distances(ctx, five.view(), moecomp::make_vector_view(coph.data(), index_t{9}));
@@ -315,10 +332,10 @@ TEST_CASE("fcluster and cophenet arguments: the calling function is named") {
           cluster::monotone_heights(ctx, five.view(), moecomp::make_vector_view(h.data(), index_t{3}));
         }) == "monotone_heights: heights must have n - 1 = 4 elements (one per row of z), got 3");
   const linkage bad({{0, 1, 1, 2}, {0, 2, 2, 3}});
-  CHECK(thrown_message([&] { cluster::fcluster_maxclust(ctx, bad.view(), 1, lv.subview(0, 3)); }) ==
-        "fcluster_maxclust: z row 1: cluster 0 is merged a second time (first at row 0)");
-  CHECK(thrown_message([&] { cluster::fcluster_distance(ctx, bad.view(), 1, lv.subview(0, 3)); })
-            .rfind("fcluster_distance: z row 1", 0) == 0);
+  CHECK(thrown_message([&] { cluster::fcluster(ctx, maxclust_params(1), bad.view(), lv.subview(0, 3)); }) ==
+        "fcluster: z row 1: cluster 0 is merged a second time (first at row 0)");
+  CHECK(thrown_message([&] { cluster::fcluster(ctx, distance_params(1), bad.view(), lv.subview(0, 3)); })
+            .rfind("fcluster: z row 1", 0) == 0);
   std::vector<double> c3(3);
   CHECK(thrown_message([&] {
           cluster::cophenetic_distances(ctx, bad.view(), moecomp::make_vector_view(c3.data(), index_t{3}));
@@ -423,7 +440,7 @@ TEST_CASE("HC-SMoE grouping end to end: cut, members, representatives") {
   const host_context ctx;
   labels_t labels(6);
   const auto lv = moecomp::make_vector_view(labels.data(), index_t{6});
-  CHECK(cluster::fcluster_maxclust(ctx, z.view(), 3, lv) == 3);
+  CHECK(cluster::fcluster(ctx, maxclust_params(3), z.view(), lv) == 3);
   CHECK(labels == labels_t{0, 1, 0, 1, 0, 2});
   std::vector<index_t> reps(3);
   cluster::group_representatives(ctx, moecomp::make_matrix_view(x.data(), 6, 1), lv,

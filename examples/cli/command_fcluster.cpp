@@ -16,10 +16,11 @@ int fcluster(const arguments& args, output_files& outputs) {
   if (by_count == by_height)
     throw usage_error(std::string("fcluster: give exactly one of --maxclust K and --distance T, got ") +
                       (by_count ? "both" : "neither"));
-  const long long max_clusters = args.integer("--maxclust", 1);
-  if (max_clusters < 1)
-    throw usage_error("option --maxclust: expected an integer >= 1, got " + std::to_string(max_clusters));
-  const double height = args.number("--distance", 0.0);
+  // Values are checked by the library (once); its message is given the option's name below.
+  cluster::fcluster_params params;
+  params.criterion = by_count ? cluster::fcluster_criterion::maxclust : cluster::fcluster_criterion::distance;
+  params.max_clusters = args.integer("--maxclust", 1);
+  params.height = args.number("--distance", 0.0);
   const host_context ctx = make_context(args);
   // The cut is exact bookkeeping on float64 Z whatever --dtype says; the option is still checked.
   (void)choose_precision(args, io::npy_dtype::float64, "Z");
@@ -38,8 +39,12 @@ int fcluster(const arguments& args, output_files& outputs) {
 
   host_vector<std::int64_t> labels(z.rows() + 1);
   const stopwatch timer;
-  const index_t clusters = by_count ? cluster::fcluster_maxclust(ctx, z.view(), max_clusters, labels.view())
-                                    : cluster::fcluster_distance(ctx, z.view(), height, labels.view());
+  index_t clusters = 0;
+  try {
+    clusters = cluster::fcluster(ctx, params, z.view(), labels.view());
+  } catch (const invalid_argument& e) {
+    throw usage_error(name_the_option(e.what(), {{"--maxclust", "params.max_clusters"}, {"--distance", "params.height"}}));
+  }
   const double seconds = timer.seconds();
 
   outputs.stage("-o", labels.const_view());
@@ -48,9 +53,9 @@ int fcluster(const arguments& args, output_files& outputs) {
       .add("n", static_cast<long long>(labels.size()))
       .add("criterion", std::string(by_count ? "maxclust" : "distance"));
   if (by_count)
-    summary.add("maxclust", max_clusters);
+    summary.add("maxclust", static_cast<long long>(params.max_clusters));
   else
-    summary.add("distance", height);
+    summary.add("distance", params.height);
   return conclude(args, outputs, summary.add("clusters", static_cast<long long>(clusters)).add("seconds", seconds),
                   moecomp::status::ok, "fcluster", "");
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Flat clusters and cophenetic distances from a linkage matrix Z (scipy's format, see linkage_types.hpp):
-// scipy.cluster.hierarchy's fcluster(Z, K, 'maxclust'), fcluster(Z, t, 'distance'), cophenet(Z) and
+// scipy.cluster.hierarchy's fcluster(Z, t, 'maxclust' or 'distance'), cophenet(Z) and
 // maxdists(Z). Documentation: docs/cluster.md ("Flat clusters").
 //
 // All functions are host-only, serial bookkeeping (O(n) or O(n^2)); the context supplies the workspace
@@ -40,53 +40,25 @@ inline void monotone_heights(const host_context& ctx, matrix_view<const double> 
   for (index_t i = 0; i < n - 1; ++i) heights[i] = h[static_cast<std::size_t>(i)];
 }
 
-/// Cuts the tree into exactly min(max_clusters, n) flat clusters: performs the first n - min(K, n) merges
-/// in the order of their monotone height (monotone_heights), ties broken by row index, and labels points by
-/// first appearance. Matches scipy's fcluster(Z, K, 'maxclust') up to relabelling whenever the monotone
-/// height at the cut is not tied (scipy 1.10 also errs for K >= n - 1; see the docs). labels: n.
-/// Returns the number of clusters, min(K, n).
-inline index_t fcluster_maxclust(const host_context& ctx, matrix_view<const double> z, index_t max_clusters,
-                                 vector_view<std::int64_t> labels) {
-  const index_t n = detail::check_linkage_matrix(ctx, z, "fcluster_maxclust");
-  MOECOMP_EXPECTS(max_clusters >= 1, "fcluster_maxclust: max_clusters must be >= 1, got ", max_clusters);
-  MOECOMP_EXPECTS(labels.size() == n, "fcluster_maxclust: labels must have n = ", n,
-                  " elements (rows of z + 1), got ", labels.size());
-  const index_t merges = n - std::min(max_clusters, n);
-
-  detail::host_workspace<double> h(ctx, static_cast<std::size_t>(n - 1));
-  detail::compute_monotone_heights(z, n, h.data());
-  detail::host_workspace<unsigned char> performed(ctx, static_cast<std::size_t>(n - 1));
-  // scipy's own linkages give non-decreasing monotone heights (the generic algorithm's included), so the
-  // first `merges` rows are the answer without sorting; anything else is ordered by (height, row).
-  if (std::is_sorted(h.data(), h.data() + (n - 1))) {
-    for (index_t i = 0; i < n - 1; ++i) performed[static_cast<std::size_t>(i)] = i < merges;
-  } else {
-    detail::host_workspace<index_t> order(ctx, static_cast<std::size_t>(n - 1));
-    for (index_t i = 0; i < n - 1; ++i) order[static_cast<std::size_t>(i)] = i;
-    const double* hp = h.data();
-    std::sort(order.data(), order.data() + (n - 1), [hp](index_t a, index_t b) {
-      return hp[a] < hp[b] || (hp[a] == hp[b] && a < b);
-    });
-    for (index_t k = 0; k < n - 1; ++k)
-      performed[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = k < merges;
+/// scipy's fcluster(Z, t, criterion): flat clusters of the tree, labels (n) numbered by first appearance;
+/// returns the number of clusters.
+///  * maxclust: exactly min(params.max_clusters, n) clusters: the first n - min(K, n) merges in the order of
+///    their monotone height (monotone_heights), ties broken by row index. Matches scipy's
+///    fcluster(Z, K, 'maxclust') up to relabelling whenever the monotone height at the cut is not tied
+///    (scipy 1.10 also errs for K >= n - 1; see the docs).
+///  * distance: points i and j share a cluster exactly when the monotone height of the merge that joins them
+///    is <= params.height, i.e. every merge with monotone height <= height is performed.
+inline index_t fcluster(const host_context& ctx, const fcluster_params& params, matrix_view<const double> z,
+                        vector_view<std::int64_t> labels) {
+  const index_t n = detail::check_linkage_matrix(ctx, z, "fcluster");
+  MOECOMP_EXPECTS(labels.size() == n, "fcluster: labels must have n = ", n, " elements (rows of z + 1), got ",
+                  labels.size());
+  if (params.criterion == fcluster_criterion::maxclust) {
+    MOECOMP_EXPECTS(params.max_clusters >= 1, "fcluster: params.max_clusters must be >= 1, got ", params.max_clusters);
+    return detail::cut_into_clusters(ctx, z, n, params.max_clusters, labels);
   }
-  return detail::label_cut(ctx, z, n, performed.data(), labels);
-}
-
-/// scipy's fcluster(Z, t, 'distance'): points i and j share a cluster exactly when the monotone height of
-/// the merge that joins them is <= height, i.e. every merge with monotone height <= height is performed.
-/// labels: n, numbered by first appearance. Returns the number of clusters. height must not be NaN.
-inline index_t fcluster_distance(const host_context& ctx, matrix_view<const double> z, double height,
-                                 vector_view<std::int64_t> labels) {
-  const index_t n = detail::check_linkage_matrix(ctx, z, "fcluster_distance");
-  MOECOMP_EXPECTS(!std::isnan(height), "fcluster_distance: height must not be NaN");
-  MOECOMP_EXPECTS(labels.size() == n, "fcluster_distance: labels must have n = ", n,
-                  " elements (rows of z + 1), got ", labels.size());
-  detail::host_workspace<double> h(ctx, static_cast<std::size_t>(n - 1));
-  detail::compute_monotone_heights(z, n, h.data());
-  detail::host_workspace<unsigned char> performed(ctx, static_cast<std::size_t>(n - 1));
-  for (index_t i = 0; i < n - 1; ++i) performed[static_cast<std::size_t>(i)] = h[static_cast<std::size_t>(i)] <= height;
-  return detail::label_cut(ctx, z, n, performed.data(), labels);
+  MOECOMP_EXPECTS(!std::isnan(params.height), "fcluster: params.height must not be NaN");
+  return detail::cut_at_height(ctx, z, n, params.height, labels);
 }
 
 /// scipy's cophenet(Z): condensed[condensed_index(n, i, j)] = Z(r, 2) for the row r that first joins points

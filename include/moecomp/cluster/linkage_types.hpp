@@ -57,5 +57,32 @@ struct linkage_params {
   distance::metric metric = distance::metric::euclidean;
 };
 
+/// How fcluster cuts the tree: scipy's fcluster criteria 'maxclust' and 'distance'.
+enum class fcluster_criterion { maxclust, distance };
+
+inline const char* to_string(fcluster_criterion c) noexcept {
+  switch (c) {
+    case fcluster_criterion::maxclust: return "maxclust";
+    case fcluster_criterion::distance: return "distance";
+  }
+  return "unknown";
+}
+
+/// Parses a scipy criterion name; throws invalid_argument naming the accepted values otherwise.
+inline fcluster_criterion parse_fcluster_criterion(std::string_view name) {
+  for (fcluster_criterion c : {fcluster_criterion::maxclust, fcluster_criterion::distance})
+    if (name == to_string(c)) return c;
+  MOECOMP_FAIL(error_kind::invalid_argument, "criterion: expected maxclust or distance, got '", std::string(name),
+               "'");
+}
+
+struct fcluster_params {
+  fcluster_criterion criterion = fcluster_criterion::maxclust;
+  /// maxclust: cut into exactly min(max_clusters, n) clusters; >= 1.
+  index_t max_clusters = 1;
+  /// distance: perform every merge whose monotone height is <= height; not NaN (+-inf allowed).
+  double height = 0.0;
+};
+
 }  // namespace cluster
 MOECOMP_NAMESPACE_END

@@ -6,6 +6,7 @@
 #include <moecomp/ot/fixed_support_barycenter_types.hpp>
 #include <moecomp/ot/detail/fixed_support_barycenter_host.hpp>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
+#include <moecomp/ot/detail/fixed_support_barycenter_host.hpp>
 
 #include <cmath>
 #include <type_traits>
@@ -13,51 +14,6 @@
 
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
-namespace detail {
-
-template <class T>
-fixed_support_barycenter_result fixed_support_barycenter_host(const host_context& ctx,
-                                                              const fixed_support_barycenter_params& p,
-                                                              matrix_view<const T> A, matrix_view<const T> M,
-                                                              vector_view<const double> weights,
-                                                              vector_view<T> barycenter) {
-  constexpr const char* fn = "fixed_support_barycenter";
-  check_sinkhorn_element_type<T>();
-  MOECOMP_EXPECTS(std::isfinite(p.reg) && p.reg > 0, fn, ": params.reg must be finite and > 0, got ", p.reg);
-  MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1, got ", p.max_iterations);
-  MOECOMP_EXPECTS(std::isfinite(p.tolerance) && p.tolerance >= 0, fn,
-                  ": params.tolerance must be finite and >= 0, got ", p.tolerance);
-  const index_t n = A.rows(), k = A.cols();
-  MOECOMP_EXPECTS(n >= 1 && k >= 1, fn, ": A must be n x k with n, k >= 1 (histograms as columns), got ",
-                  moecomp::detail::shape_string(n, k));
-  MOECOMP_EXPECTS(M.rows() == n && M.cols() == n, fn, ": M must be ", moecomp::detail::shape_string(n, n),
-                  " (n = rows of A), got ", moecomp::detail::shape_string(M.rows(), M.cols()));
-  MOECOMP_EXPECTS(barycenter.size() == n, fn, ": barycenter must have size ", n, " (rows of A), got ",
-                  barycenter.size());
-  MOECOMP_EXPECTS(weights.size() == k, fn, ": weights must have size ", k,
-                  " (columns of A), got ", weights.size());
-  double first_mass = 0;
-  for (index_t h = 0; h < k; ++h) {
-    const std::string name = "column " + std::to_string(h) + " of A";
-    const double mass = check_histogram(fn, name.c_str(), n, [&](index_t i) { return A(i, h); });
-    if (h == 0) first_mass = mass;
-    MOECOMP_EXPECTS(std::fabs(mass - first_mass) <= mass_tolerance<T>() * std::max(mass, first_mass), fn,
-                    ": the columns of A must have equal total mass, got ", first_mass, " (column 0) and ", mass,
-                    " (column ", h, ")");
-  }
-  const double weight_sum =
-      moecomp::detail::check_masses(fn, "weights", weights);
-  moecomp::detail::check_sums_to_one(fn, "weights", weight_sum);
-  check_finite_cost(fn, "M", M);
-  moecomp::detail::host_workspace<double> out(ctx, static_cast<std::size_t>(n));
-  const fixed_support_barycenter_result result =
-      p.log_domain ? barycenter_bregman_log(ctx, p, A, M, weights.data(), out.data())
-                   : barycenter_bregman(ctx, p, A, M, weights.data(), out.data());
-  for (index_t i = 0; i < n; ++i) barycenter(i) = static_cast<T>(out[static_cast<std::size_t>(i)]);
-  return result;
-}
-
-}  // namespace detail
 
 /// Barycenter of the k histograms in the columns of A (n x k, POT's layout) for the cost M (n x n) between
 /// support points, with barycentric weights (k, >= 0, summing to 1): the histogram minimising

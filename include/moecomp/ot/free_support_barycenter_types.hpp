@@ -7,6 +7,8 @@
 // move X to the weighted mean of where its mass went. One iteration = one exact OT per measure + one update.
 #include <moecomp/core/status.hpp>
 #include <moecomp/ot/linear_assignment_types.hpp>
+
+#include <cstdint>
 #include <moecomp/core/views.hpp>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -33,6 +35,15 @@ struct free_support_barycenter_result : convergence_info {
   /// sum_j w_j W_2^2(barycenter, measure j) for the returned barycenter: exact, because the returned
   /// permutations / plans are optimal for it. Uniform path: sum_j w_j (1/n) sum_i ||x_ji - b_P(j,i)||^2.
   double objective = 0.0;
+};
+
+/// The device path's result (<moecomp/cuda/ot/free_support_barycenter.cuh>): the host result plus what the
+/// epsilon-optimal device assignments add.
+struct free_support_barycenter_device_result : free_support_barycenter_result {
+  /// objective minus the optimal objective for the returned barycenter is at most this (+inf unless ok).
+  double gap_bound = 0.0;
+  /// Auction bids over all iterations and clouds.
+  std::int64_t bids = 0;
 };
 
 }  // namespace ot

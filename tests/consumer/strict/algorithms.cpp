@@ -361,14 +361,25 @@ void check_flat_clusters() {
   const auto labels_view = make_vector_view(labels, 8);
   const auto labels_are = [&labels](const std::int64_t* want) { return std::equal(labels, labels + 8, want); };
   const std::int64_t singletons[] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const auto maxclust = [](index_t k) {
+    cluster::fcluster_params p;
+    p.max_clusters = k;
+    return p;
+  };
+  const auto at_height = [](double t) {
+    cluster::fcluster_params p;
+    p.criterion = cluster::fcluster_criterion::distance;
+    p.height = t;
+    return p;
+  };
 
-  expect(cluster::fcluster_maxclust(ctx, z.view(), 2, labels_view) == 2 && labels_are(two_groups),
+  expect(cluster::fcluster(ctx, maxclust(2), z.view(), labels_view) == 2 && labels_are(two_groups),
          label<T>("fcluster_maxclust 2"));
-  expect(cluster::fcluster_maxclust(ctx, z.view(), 8, labels_view) == 8 && labels_are(singletons),
+  expect(cluster::fcluster(ctx, maxclust(8), z.view(), labels_view) == 8 && labels_are(singletons),
          label<T>("fcluster_maxclust 8"));
-  expect(cluster::fcluster_distance(ctx, z.view(), 0.5, labels_view) == 8 && labels_are(singletons),
+  expect(cluster::fcluster(ctx, at_height(0.5), z.view(), labels_view) == 8 && labels_are(singletons),
          label<T>("fcluster_distance 0.5"));
-  expect(cluster::fcluster_distance(ctx, z.view(), 50.0, labels_view) == 2 && labels_are(two_groups),
+  expect(cluster::fcluster(ctx, at_height(50.0), z.view(), labels_view) == 2 && labels_are(two_groups),
          label<T>("fcluster_distance 50"));
 
   host_vector<double> cophenetic(distance::condensed_size(8));

@@ -5,6 +5,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -93,6 +94,47 @@ inline index_t label_cut(const host_context& ctx, matrix_view<const double> z, i
     labels[p] = label;
   }
   return next;
+}
+
+/// fcluster maxclust, arguments checked. Cuts the tree into exactly min(max_clusters, n) flat clusters: performs the first n - min(K, n) merges
+/// in the order of their monotone height (monotone_heights), ties broken by row index, and labels points by
+/// first appearance. Matches scipy's fcluster(Z, K, 'maxclust') up to relabelling whenever the monotone
+/// height at the cut is not tied (scipy 1.10 also errs for K >= n - 1; see the docs). labels: n.
+/// Returns the number of clusters, min(K, n).
+inline index_t cut_into_clusters(const host_context& ctx, matrix_view<const double> z, index_t n, index_t max_clusters,
+                                 vector_view<std::int64_t> labels) {
+  const index_t merges = n - std::min(max_clusters, n);
+
+  host_workspace<double> h(ctx, static_cast<std::size_t>(n - 1));
+  compute_monotone_heights(z, n, h.data());
+  host_workspace<unsigned char> performed(ctx, static_cast<std::size_t>(n - 1));
+  // scipy's own linkages give non-decreasing monotone heights (the generic algorithm's included), so the
+  // first `merges` rows are the answer without sorting; anything else is ordered by (height, row).
+  if (std::is_sorted(h.data(), h.data() + (n - 1))) {
+    for (index_t i = 0; i < n - 1; ++i) performed[static_cast<std::size_t>(i)] = i < merges;
+  } else {
+    host_workspace<index_t> order(ctx, static_cast<std::size_t>(n - 1));
+    for (index_t i = 0; i < n - 1; ++i) order[static_cast<std::size_t>(i)] = i;
+    const double* hp = h.data();
+    std::sort(order.data(), order.data() + (n - 1), [hp](index_t a, index_t b) {
+      return hp[a] < hp[b] || (hp[a] == hp[b] && a < b);
+    });
+    for (index_t k = 0; k < n - 1; ++k)
+      performed[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = k < merges;
+  }
+  return label_cut(ctx, z, n, performed.data(), labels);
+}
+
+/// fcluster distance, arguments checked. scipy's fcluster(Z, t, 'distance'): points i and j share a cluster exactly when the monotone height of
+/// the merge that joins them is <= height, i.e. every merge with monotone height <= height is performed.
+/// labels: n, numbered by first appearance. Returns the number of clusters. height must not be NaN.
+inline index_t cut_at_height(const host_context& ctx, matrix_view<const double> z, index_t n, double height,
+                             vector_view<std::int64_t> labels) {
+  host_workspace<double> h(ctx, static_cast<std::size_t>(n - 1));
+  compute_monotone_heights(z, n, h.data());
+  host_workspace<unsigned char> performed(ctx, static_cast<std::size_t>(n - 1));
+  for (index_t i = 0; i < n - 1; ++i) performed[static_cast<std::size_t>(i)] = h[static_cast<std::size_t>(i)] <= height;
+  return label_cut(ctx, z, n, performed.data(), labels);
 }
 
 }  // namespace detail

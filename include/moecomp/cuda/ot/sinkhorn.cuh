@@ -29,6 +29,7 @@
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
 #include <moecomp/cuda/ot/detail/sinkhorn_device.cuh>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
+#include <moecomp/cuda/ot/detail/sinkhorn_device.cuh>
 
 #include <cuda_runtime_api.h>
 
@@ -38,54 +39,6 @@
 
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
-namespace cuda_detail {
-
-/// The host's parameter checks (same messages), plus the methods the device runs.
-inline void check_sinkhorn_params(const char* function, const sinkhorn_params& params) {
-  MOECOMP_EXPECTS(params.method == sinkhorn_method::log || params.method == sinkhorn_method::plain, function,
-                  ": params.method must be log or plain on the device (both run the log-domain iteration), got ",
-                  to_string(params.method));
-  ot::detail::check_sinkhorn_params(function, params);
-}
-
-/// The stacks must be one (batch n) x m matrix each (matrix_stride = n * row_stride): the device kernels
-/// address problem p at rows [p n, (p + 1) n) of that matrix.
-template <class S>
-void check_stacked_rows(const char* function, const char* name, const S& stack) {
-  MOECOMP_EXPECTS(stack.count() <= 1 || stack.matrix_stride() == stack.rows() * stack.row_stride(), function, ": ",
-                  name, " must be stacked at its row stride on the device (matrix_stride = rows * row_stride = ",
-                  stack.rows() * stack.row_stride(), "), got matrix_stride ", stack.matrix_stride());
-}
-
-template <class A, class B, class C, class P>
-void check_batched_shapes(const char* function, const A& a, const B& b, const C& costs, const P& plans,
-                          index_t results) {
-  const index_t batch = a.rows(), n = a.cols(), m = b.cols();
-  MOECOMP_EXPECTS(b.rows() == batch, function, ": b must have ", batch, " rows like a (one per problem), got ",
-                  moecomp::detail::shape_string(b.rows(), b.cols()));
-  MOECOMP_EXPECTS(costs.count() == batch && costs.rows() == n && costs.cols() == m, function,
-                  ": costs must be a stack of ", batch, " matrices of ", moecomp::detail::shape_string(n, m),
-                  " (batch x n x m), got ", costs.count(), " of ", moecomp::detail::shape_string(costs.rows(), costs.cols()));
-  MOECOMP_EXPECTS(plans.count() == batch && plans.rows() == n && plans.cols() == m, function,
-                  ": plans must be a stack of ", batch, " matrices of ", moecomp::detail::shape_string(n, m),
-                  " like costs, got ", plans.count(), " of ", moecomp::detail::shape_string(plans.rows(), plans.cols()));
-  MOECOMP_EXPECTS(results == batch, function, ": results must have ", batch, " elements (one per problem), got ",
-                  results);
-  MOECOMP_EXPECTS(batch == 0 || (n > 0 && m > 0), function, ": each problem needs n >= 1 and m >= 1, got a ",
-                  moecomp::detail::shape_string(a.rows(), a.cols()), " and b ", moecomp::detail::shape_string(b.rows(), b.cols()));
-  check_stacked_rows(function, "costs", costs);
-  check_stacked_rows(function, "plans", plans);
-}
-
-template <class T>
-sinkhorn_problem<T> batched_problem(matrix_view<const T, device_memory> a, matrix_view<const T, device_memory> b,
-                                    matrix_stack_view<const T, device_memory> costs,
-                                    matrix_stack_view<T, device_memory> plans) {
-  return {a.data(),    a.row_stride(),     1, b.data(), b.row_stride(), 1, costs.data(), costs.row_stride(),
-          plans.data(), plans.row_stride(), a.rows(), a.cols(),       b.cols()};
-}
-
-}  // namespace cuda_detail
 
 /// Workspace bytes for sinkhorn_batched on `batch` problems of n x m, element type T (0 when there is
 /// nothing to compute).

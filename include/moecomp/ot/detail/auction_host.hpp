@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <moecomp/ot/detail/linear_assignment_checks.hpp>
+#include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
@@ -165,6 +167,75 @@ status run_auction(const T* cost, index_t row_stride, index_t n, index_t m, cons
     if (epsilon <= sched.epsilon_final) return status::ok;
     epsilon = std::max(epsilon * sched.factor, sched.epsilon_final);
   }
+}
+
+
+template <class T>
+auction_result solve_auction(const host_context& ctx, const auction_params& params, matrix_view<const T> cost,
+                             vector_view<index_t> row_to_column, vector_view<double>* column_price) {
+  constexpr const char* function = "auction_assignment";
+  const index_t n = cost.rows(), m = cost.cols();
+  check_assignment_shape(function, n, m, row_to_column.size());
+  check_auction_params(function, params);
+  MOECOMP_EXPECTS(!params.warm_start || column_price != nullptr, function,
+                  ": params.warm_start needs the overload with column_price (the starting prices)");
+  if (column_price) check_column_vector(function, "column_price", m, column_price->size());
+  check_cost_values<T>(function, cost, params.maximize);
+  const double sign = params.maximize ? -1.0 : 1.0;
+  auction_result result;
+  if (n == 0) return result;
+
+  const auction_cost_summary summary = summarize_auction_costs<T>(cost, params.maximize);
+  moecomp::detail::host_workspace<double> v(ctx, static_cast<std::size_t>(m));
+  moecomp::detail::host_workspace<std::int32_t> columns(ctx, static_cast<std::size_t>(n));
+  for (index_t j = 0; j < m; ++j) {
+    if (params.warm_start) {
+      const double p = (*column_price)(j);
+      MOECOMP_EXPECTS(std::isfinite(p), function, ": column_price(", j, ") is ", p,
+                      "; a warm start needs finite prices");
+      v[static_cast<std::size_t>(j)] = -p;
+    } else {
+      v[static_cast<std::size_t>(j)] = 0.0;
+    }
+  }
+  auto fail = [&](status s) {
+    for (index_t i = 0; i < n; ++i) row_to_column(i) = -1;
+    result.status = s;
+    result.cost = s == status::infeasible ? sign * lsa_inf : std::numeric_limits<double>::quiet_NaN();
+    result.criterion = lsa_inf;
+    return result;
+  };
+  if (!summary.any_finite()) return fail(status::infeasible);
+
+  const auction_schedule schedule = make_auction_schedule(params, summary, n, m);
+  auction_workspace workspace(ctx, m);
+  double epsilon_done = lsa_inf;
+  const status outcome =
+      params.maximize
+          ? run_auction<T, true>(cost.data(), cost.row_stride(), n, m, schedule, params.max_bids, v.data(),
+                                 workspace, columns.data(), epsilon_done, result.iterations, result.phases)
+          : run_auction<T, false>(cost.data(), cost.row_stride(), n, m, schedule, params.max_bids, v.data(),
+                                  workspace, columns.data(), epsilon_done, result.iterations, result.phases);
+  if (column_price)
+    for (index_t j = 0; j < m; ++j) (*column_price)(j) = -v[static_cast<std::size_t>(j)];
+  if (!std::isfinite(epsilon_done)) return fail(outcome);  // stopped before any phase completed
+
+  double total = 0.0;
+  bool penalised = false;
+  for (index_t i = 0; i < n; ++i) {
+    const std::int32_t j = columns[static_cast<std::size_t>(i)];
+    row_to_column(i) = j;
+    const double c = static_cast<double>(cost(i, j));
+    penalised = penalised || std::isinf(c);
+    total += c;
+  }
+  // With the penalty chosen by make_auction_schedule, a complete epsilon-optimal assignment uses a
+  // forbidden pair only when every assignment does.
+  if (penalised) return fail(status::infeasible);
+  result.cost = total;
+  result.status = outcome;
+  result.criterion = static_cast<double>(m) * epsilon_done;
+  return result;
 }
 
 }  // namespace detail

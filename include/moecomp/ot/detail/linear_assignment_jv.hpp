@@ -24,6 +24,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <moecomp/ot/linear_assignment_types.hpp>
+#include <moecomp/ot/detail/linear_assignment_checks.hpp>
+#include <cmath>
+#include <limits>
+#include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
@@ -223,6 +228,77 @@ template <class T>
 status run_jv(matrix_view<const T> cost, bool maximize, bool warm, const jv_arrays& a) noexcept {
   if (maximize) return jv_solver<T, true>(cost.data(), cost.row_stride(), cost.rows(), cost.cols(), a).solve(warm);
   return jv_solver<T, false>(cost.data(), cost.row_stride(), cost.rows(), cost.cols(), a).solve(warm);
+}
+
+
+/// Writes the answer of a finished solve: row_to_column (all -1 when infeasible), the total in the
+/// caller's sign, and the potentials when asked for.
+template <class T>
+linear_assignment_result finish_assignment(matrix_view<const T> cost, bool maximize, status outcome,
+                                           const jv_arrays& a, vector_view<index_t> row_to_column,
+                                           vector_view<double>* row_potential, vector_view<double>* column_potential) {
+  const index_t n = cost.rows(), m = cost.cols();
+  linear_assignment_result result;
+  result.status = outcome;
+  const double sign = maximize ? -1.0 : 1.0;
+  if (outcome != status::ok) {
+    for (index_t i = 0; i < n; ++i) row_to_column(i) = -1;
+    result.cost = sign * lsa_inf;
+    if (row_potential)
+      for (index_t i = 0; i < n; ++i) (*row_potential)(i) = std::numeric_limits<double>::quiet_NaN();
+    if (column_potential)
+      for (index_t j = 0; j < m; ++j) (*column_potential)(j) = std::numeric_limits<double>::quiet_NaN();
+    return result;
+  }
+  double total = 0.0;
+  for (index_t i = 0; i < n; ++i) {
+    row_to_column(i) = a.x[i];
+    total += static_cast<double>(cost(i, a.x[i]));
+  }
+  result.cost = total;
+  // Internally the problem is min sum (s C); the caller's potentials are s times the internal ones.
+  if (row_potential)
+    for (index_t i = 0; i < n; ++i)
+      (*row_potential)(i) = sign * (sign * static_cast<double>(cost(i, a.x[i])) - a.v[a.x[i]]);
+  if (column_potential)
+    for (index_t j = 0; j < m; ++j) (*column_potential)(j) = sign * a.v[j];
+  return result;
+}
+
+template <class T>
+linear_assignment_result solve_assignment(const host_context& ctx, const char* function,
+                                          const linear_assignment_params& params, matrix_view<const T> cost,
+                                          vector_view<index_t> row_to_column, vector_view<double>* row_potential,
+                                          vector_view<double>* column_potential) {
+  const index_t n = cost.rows(), m = cost.cols();
+  check_assignment_shape(function, n, m, row_to_column.size());
+  if (row_potential) {
+    MOECOMP_EXPECTS(row_potential->size() == n, function, ": row_potential must have length n = ", n,
+                    " (the cost's rows), got ", row_potential->size());
+    check_column_vector(function, "column_potential", m, column_potential->size());
+  }
+  MOECOMP_EXPECTS(!params.warm_start || column_potential != nullptr, function,
+                  ": params.warm_start needs the overload with row_potential and column_potential (the column "
+                  "potentials are the starting point)");
+  check_cost_values<T>(function, cost, params.maximize);
+  const bool warm = params.warm_start && n == m;  // rectangular problems start cold (docs: warm start)
+  const double sign = params.maximize ? -1.0 : 1.0;
+  jv_workspace workspace(ctx, n, m);
+  const jv_arrays& a = workspace.arrays();
+  if (warm) {
+    for (index_t j = 0; j < m; ++j) {
+      const double vj = (*column_potential)(j);
+      MOECOMP_EXPECTS(std::isfinite(vj), function, ": column_potential(", j, ") is ", vj,
+                      "; a warm start needs finite potentials");
+      a.v[j] = sign * vj;
+    }
+    for (index_t i = 0; i < n; ++i) {
+      const index_t hint = row_to_column(i);
+      a.count[i] = hint >= 0 && hint < m ? static_cast<std::int32_t>(hint) : -1;
+    }
+  }
+  const status outcome = run_jv<T>(cost, params.maximize, warm, a);
+  return finish_assignment<T>(cost, params.maximize, outcome, a, row_to_column, row_potential, column_potential);
 }
 
 }  // namespace detail

@@ -17,6 +17,9 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
+#include <moecomp/ot/detail/sinkhorn_checks.hpp>
+#include <memory>
+#include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
@@ -470,6 +473,62 @@ sinkhorn_result solve_one(const host_context& ctx, int threads, const sinkhorn_p
   if (!plan_written)
     result.cost = log_domain ? log_plan(threads, cost, p.reg, ws.u, ws.v, plan, ws.u_prev)
                            : scale_kernel_into_plan(threads, cost, ws.u, ws.v, plan, ws.u_prev);
+  return result;
+}
+
+
+/// Checks one host problem; returns whether its cost has forbidden (+inf) pairs.
+template <class T>
+bool check_sinkhorn_problem(const char* function, vector_view<const T> a, vector_view<const T> b,
+                            matrix_view<const T> cost, matrix_view<T> plan, int threads = 1) {
+  MOECOMP_EXPECTS(a.size() >= 1, function, ": a must have at least one entry, got size ", a.size());
+  MOECOMP_EXPECTS(b.size() >= 1, function, ": b must have at least one entry, got size ", b.size());
+  MOECOMP_EXPECTS(cost.rows() == a.size() && cost.cols() == b.size(), function, ": cost must be ",
+                  moecomp::detail::shape_string(a.size(), b.size()), " (size of a x size of b), got ",
+                  moecomp::detail::shape_string(cost.rows(), cost.cols()));
+  MOECOMP_EXPECTS(plan.rows() == a.size() && plan.cols() == b.size(), function, ": plan must be ",
+                  moecomp::detail::shape_string(a.size(), b.size()), " like cost, got ",
+                  moecomp::detail::shape_string(plan.rows(), plan.cols()));
+  MOECOMP_EXPECTS(!moecomp::detail::views_overlap(plan, cost), function,
+                  ": plan must not overlap cost (it is used as workspace)");
+  const double sum_a = check_histogram(function, "a", a.size(), [&](index_t i) { return a(i); });
+  const double sum_b = check_histogram(function, "b", b.size(), [&](index_t i) { return b(i); });
+  check_equal_mass<T>(function, sum_a, sum_b);
+  return check_cost_with_forbidden_pairs(function, "cost", cost, threads);
+}
+
+template <class T>
+void load_histograms(vector_view<const T> a, vector_view<const T> b, sinkhorn_workspace& ws) {
+  for (index_t i = 0; i < a.size(); ++i) {
+    ws.a[i] = static_cast<double>(a(i));
+    ws.log_a[i] = std::log(ws.a[i]);
+  }
+  for (index_t j = 0; j < b.size(); ++j) {
+    ws.b[j] = static_cast<double>(b(j));
+    ws.log_b[j] = std::log(ws.b[j]);
+  }
+}
+
+template <class T>
+sinkhorn_result sinkhorn_host(const host_context& ctx, const sinkhorn_params& params, vector_view<const T> a,
+                              vector_view<const T> b, matrix_view<const T> cost, matrix_view<T> plan,
+                              vector_view<T>* f, vector_view<T>* g) {
+  check_sinkhorn_element_type<T>();
+  check_sinkhorn_params("sinkhorn", params);
+  const bool forbidden_pairs = check_sinkhorn_problem("sinkhorn", a, b, cost, plan, ctx.threads());
+  if (f != nullptr) {
+    MOECOMP_EXPECTS(f->size() == a.size(), "sinkhorn: f must have size ", a.size(), " (size of a), got ", f->size());
+    MOECOMP_EXPECTS(g->size() == b.size(), "sinkhorn: g must have size ", b.size(), " (size of b), got ", g->size());
+  }
+  const int threads = ctx.threads();
+  sinkhorn_workspace ws(ctx, a.size(), b.size(), threads);
+  load_histograms(a, b, ws);
+  sinkhorn_result result = solve_one(ctx, threads, params, cost, plan, ws, f != nullptr);
+  if (forbidden_pairs) result.cost = cost_over_allowed_pairs(matrix_view<const T>(plan), cost);
+  if (f != nullptr) {
+    for (index_t i = 0; i < a.size(); ++i) (*f)(i) = static_cast<T>(ws.row_work[i]);
+    for (index_t j = 0; j < b.size(); ++j) (*g)(j) = static_cast<T>(ws.col_work[j]);
+  }
   return result;
 }
 

@@ -35,6 +35,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+#include <moecomp/cuda/core/context.cuh>
+#include <moecomp/core/detail/traits.hpp>
+#include <limits>
+#include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
@@ -420,6 +424,66 @@ inline void check_auction_params(const char* function, const auction_params& par
                   ": params.epsilon_factor must be in (0, 1), got ", params.epsilon_factor);
   MOECOMP_EXPECTS(params.max_bids >= 0, function, ": params.max_bids must be >= 0 (0: no limit), got ",
                   params.max_bids);
+}
+
+
+inline auction_plan make_assignment_plan(index_t m, bool own_prices, std::size_t& bytes) {
+  workspace_layout layout("auction_assignment");
+  auction_plan plan = make_auction_plan("auction_assignment", m, own_prices, layout);
+  bytes = layout.total();
+  return plan;
+}
+
+template <class C>
+void check_assignment_shapes(const char* function, const C& cost, index_t row_to_column, index_t prices) {
+  const index_t n = cost.rows(), m = cost.cols();
+  MOECOMP_EXPECTS(n <= m, function, ": cost must have at most as many rows as columns (n <= m), got ",
+                  moecomp::detail::shape_string(n, m));
+  MOECOMP_EXPECTS(row_to_column == n, function, ": row_to_column must have ", n, " elements (one per cost row), got ",
+                  row_to_column);
+  MOECOMP_EXPECTS(prices < 0 || prices == m, function, ": column_price must have ", m,
+                  " elements (one per cost column), got ", prices);
+  check_int_extent(function, "the number of columns", m);
+}
+
+/// The whole device auction on cost (n x m); `prices`: the caller's column prices, or null (own, zeroed).
+template <class T>
+auction_result run_assignment(const cuda_context& ctx, const auction_params& params,
+                              matrix_view<const T, device_memory> cost, vector_view<index_t, device_memory> row_to_column,
+                              double* prices, std::byte* workspace) {
+  constexpr const char* function = "auction_assignment";
+  const index_t n = cost.rows(), m = cost.cols();
+  auction_result result;
+  std::size_t bytes = 0;
+  const auction_plan plan = make_assignment_plan(m, prices == nullptr, bytes);
+  std::byte* base = aligned_base(workspace);
+  const auction_state state = auction_state_at(base, plan, prices);
+  const auction_matrix<T> a{cost.data(), cost.row_stride(), static_cast<int>(n), static_cast<int>(m),
+                            params.maximize ? 1.0 : -1.0};
+  const cost_statistics stats = cost_statistics_of<T>(ctx, a, plan, base);
+  check_finite_costs(function, stats);
+  const bool integer = stats.non_integer == 0;
+  const double range = n > 0 ? stats.max - stats.min : 0.0;
+  const epsilon_schedule schedule = make_epsilon_schedule(params, m, range, integer);
+  if (prices == nullptr || !params.warm_start) {
+    fill_zero_kernel<<<grid_for(m, auction_block), auction_block, 0, ctx.stream>>>(state.price, static_cast<int>(m));
+    MOECOMP_CUDA_CHECK_LAUNCH();
+  }
+  const pinned_scalars<auction_readback> readback(1);
+  const auction_outcome outcome = run_auction_phases<T>(ctx, params, a, state, schedule, readback);
+  auto* total = at<double>(base, plan.total);
+  auction_finish_kernel<T><<<1, auction_block, 0, ctx.stream>>>(a, state.assigned, row_to_column.data(),
+                                                                 row_to_column.stride(), total);
+  MOECOMP_CUDA_CHECK_LAUNCH();
+  MOECOMP_CUDA_TRY(cudaMemcpyAsync(&readback[0].total, total, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
+  MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
+  result.cost = readback[0].total;
+  result.iterations = outcome.bids;
+  result.phases = outcome.phases;
+  result.status = outcome.status;
+  result.criterion = outcome.status == moecomp::status::ok ? static_cast<double>(m) * schedule.final
+                                                           : std::numeric_limits<double>::infinity();
+  return result;
 }
 
 }  // namespace cuda_detail
