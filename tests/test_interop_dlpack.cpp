@@ -373,3 +373,80 @@ TEST_CASE("dlpack: to_dltensor describes a view, and reads back as the same view
   CHECK(strides[0] == 0);
   CHECK(moecomp::as_matrix_view<float>(et).empty());
 }
+
+// ----------------------------------------------------------------------------- rank 3: stacks of experts
+
+TEST_CASE("dlpack: a 3-D tensor is a stack of matrices (torch.stack of expert weights)") {
+  // 2 experts of 3 x 4, C-contiguous (null strides), as torch hands them over.
+  std::vector<float> buffer(24);
+  for (std::size_t k = 0; k < buffer.size(); ++k) buffer[k] = static_cast<float>(k);
+  std::int64_t shape[3] = {2, 3, 4};
+  const auto stack = moecomp::as_matrix_stack_view<float>(tensor(buffer.data(), kDLCPU, f32, 3, shape));
+  CHECK(stack.count() == 2);
+  CHECK(stack.rows() == 3);
+  CHECK(stack.cols() == 4);
+  CHECK(stack.matrix_stride() == 12);
+  CHECK(stack(1, 2, 3) == 23.0f);
+  // Explicit strides: every other expert of a 4 x 3 x 4 buffer, rows padded to 5 (a sliced, padded tensor).
+  std::vector<float> big(4 * 3 * 5);
+  for (std::size_t k = 0; k < big.size(); ++k) big[k] = static_cast<float>(k);
+  std::int64_t strided_shape[3] = {2, 3, 4}, strides[3] = {30, 5, 1};
+  const auto every_other = moecomp::as_matrix_stack_view<const float>(tensor(big.data(), kDLCPU, f32, 3, strided_shape, strides));
+  CHECK(every_other.matrix_stride() == 30);
+  CHECK(every_other.row_stride() == 5);
+  CHECK(every_other(1, 2, 3) == 30.0f + 10.0f + 3.0f);
+  // The round trip: a stack view described as a DLTensor and read back.
+  std::int64_t out_shape[3], out_strides[3];
+  const DLTensor described = moecomp::to_dltensor(every_other, out_shape, out_strides);
+  CHECK(described.ndim == 3);
+  CHECK(out_shape[0] == 2);
+  CHECK(out_strides[0] == 30);
+  CHECK(out_strides[1] == 5);
+  CHECK(out_strides[2] == 1);
+  const auto back = moecomp::as_matrix_stack_view<const float>(described);
+  CHECK(back.data() == every_other.data());
+  CHECK(back(1, 1, 1) == every_other(1, 1, 1));
+}
+
+TEST_CASE("dlpack: bfloat16 and device stacks") {
+  std::vector<moecomp::bfloat16> weights(2 * 2 * 3);
+  for (std::size_t k = 0; k < weights.size(); ++k) weights[k] = moecomp::bfloat16(static_cast<float>(k) * 0.5f);
+  std::int64_t shape[3] = {2, 2, 3};
+  const auto bf16 = moecomp::as_matrix_stack_view<moecomp::bfloat16>(
+      tensor(weights.data(), kDLCPU, dtype(kDLBfloat, 16), 3, shape));
+  CHECK(static_cast<float>(bf16(1, 1, 2)) == 5.5f);
+  // A float32 tensor is not a bf16 stack.
+  std::vector<float> floats(12);
+  CHECK(thrown_message([&] {
+          (void)moecomp::as_matrix_stack_view<moecomp::bfloat16>(tensor(floats.data(), kDLCPU, f32, 3, shape));
+        }) == "as_matrix_stack_view: DLTensor dtype is float32 (code 2, bits 32, lanes 1), expected bfloat16");
+  // Device memory: a device stack view (never dereferenced), and a refusal for host views.
+  std::int64_t device_shape[3] = {8, 16, 32};
+  const auto on_device = moecomp::as_matrix_stack_view<float, device_memory>(
+      tensor(fake_device_pointer<float>(), kDLCUDA, f32, 3, device_shape));
+  CHECK(on_device.matrix_ptr(1) == fake_device_pointer<float>() + 16 * 32);
+  CHECK(thrown_message([&] {
+          (void)moecomp::as_matrix_stack_view<float>(tensor(fake_device_pointer<float>(), kDLCUDA, f32, 3, device_shape));
+        }).find("as_matrix_stack_view: DLTensor device_type is") == 0);
+}
+
+TEST_CASE("dlpack: 3-D tensors a stack view cannot express are refused, naming the problem") {
+  std::vector<float> buffer(64);
+  std::int64_t shape2[2] = {4, 4};
+  CHECK(thrown_message([&] { (void)moecomp::as_matrix_stack_view<float>(tensor(buffer.data(), kDLCPU, f32, 2, shape2)); }) ==
+        "as_matrix_stack_view: DLTensor ndim must be 3, got 2");
+  // Experts that overlap: a matrix stride smaller than one matrix.
+  std::int64_t shape[3] = {2, 3, 4}, overlapping[3] = {6, 4, 1};
+  CHECK(thrown_message([&] {
+          (void)moecomp::as_matrix_stack_view<float>(tensor(buffer.data(), kDLCPU, f32, 3, shape, overlapping));
+        }) == "as_matrix_stack_view: DLTensor matrix stride (first axis) must be >= rows * row stride (12) so that "
+              "matrices do not overlap, got 6 for shape 2 x 3 x 4");
+  // A transposed last pair of axes (torch's .transpose(1, 2)): the inner stride is not 1.
+  std::int64_t transposed[3] = {12, 1, 3};
+  CHECK(thrown_message([&] {
+          (void)moecomp::as_matrix_stack_view<float>(tensor(buffer.data(), kDLCPU, f32, 3, shape, transposed));
+        }).find("as_matrix_stack_view: DLTensor is column-major") == 0);
+  // An extent of 1 ignores its stride, as torch allows any there.
+  std::int64_t one_shape[3] = {1, 3, 4}, any[3] = {1, 4, 1};
+  CHECK(moecomp::as_matrix_stack_view<float>(tensor(buffer.data(), kDLCPU, f32, 3, one_shape, any)).count() == 1);
+}

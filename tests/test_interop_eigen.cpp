@@ -415,3 +415,26 @@ TEST_CASE("eigen: pairwise distances through Eigen views equal the raw-pointer r
   CHECK(out_block(0, 1) == doctest::Approx(3.0).epsilon(1e-12));
   CHECK(out_block == out_transposed);
 }
+
+// ------------------------------------------------------------- stacks: the stacked-matrix convention
+
+TEST_CASE("eigen: a row-major (count rows) x cols matrix is a stack of count matrices") {
+  // Four experts of 2 x 3 kept in one 8 x 3 row-major matrix, expert e in rows [2 e, 2 e + 2).
+  RowMatrixXf all(8, 3);
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 3; ++j) all(i, j) = static_cast<float>(10 * i + j);
+  const auto experts = moecomp::as_matrix_stack_view(all, 4);
+  static_assert(std::is_same_v<std::remove_const_t<decltype(experts)>, moecomp::matrix_stack_view<float>>);
+  CHECK(experts.count() == 4);
+  CHECK(experts.rows() == 2);
+  CHECK(experts(3, 1, 2) == 72.0f);
+  CHECK(experts[2].data() == all.data() + 12);
+  // A block keeps its parent's row stride in every matrix.
+  const auto block = moecomp::as_matrix_stack_view(all.block(0, 1, 8, 2), 2);
+  CHECK(block.row_stride() == 3);
+  CHECK(block(1, 3, 1) == 72.0f);
+  CHECK(thrown_message([&] { (void)moecomp::as_matrix_stack_view(all, 3); }) ==
+        "as_matrix_stack_view: the Eigen object's rows (8) must be a multiple of count (3)");
+  CHECK(thrown_message([&] { (void)moecomp::as_matrix_stack_view(all, 0); }) ==
+        "as_matrix_stack_view: count must be >= 1, got 0");
+}

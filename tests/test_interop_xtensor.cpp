@@ -325,3 +325,46 @@ TEST_CASE("xtensor: pairwise distances through xtensor views equal the raw-point
   CHECK(condensed(1) == out(0, 2));
   CHECK(condensed(2) == out(1, 2));
 }
+
+// ----------------------------------------------------------------------------- rank 3: stacks of experts
+
+TEST_CASE("xtensor: a 3-D container is a stack of matrices") {
+  // Three experts of 2 x 4, as a row-major xtensor and as an xarray.
+  xt::xtensor<float, 3> experts({3, 2, 4});
+  for (std::size_t e = 0; e < 3; ++e)
+    for (std::size_t i = 0; i < 2; ++i)
+      for (std::size_t j = 0; j < 4; ++j) experts(e, i, j) = static_cast<float>(100 * e + 10 * i + j);
+  const auto stack = moecomp::as_matrix_stack_view(experts);
+  static_assert(std::is_same_v<std::remove_const_t<decltype(stack)>, moecomp::matrix_stack_view<float>>);
+  CHECK(stack.count() == 3);
+  CHECK(stack.matrix_stride() == 8);
+  CHECK(stack(2, 1, 3) == 213.0f);
+  stack(0, 0, 0) = -1.0f;  // the view writes into the container
+  CHECK(experts(0, 0, 0) == -1.0f);
+  const xt::xarray<double> dynamic = xt::ones<double>({2, 3, 5});
+  const auto read_only = moecomp::as_matrix_stack_view(dynamic);
+  static_assert(std::is_same_v<std::remove_const_t<decltype(read_only)>, moecomp::matrix_stack_view<const double>>);
+  CHECK(read_only(1, 2, 4) == 1.0);
+  // A strided adaptor: every other matrix of a 4 x 2 x 3 buffer.
+  std::vector<double> buffer(24);
+  for (std::size_t k = 0; k < buffer.size(); ++k) buffer[k] = static_cast<double>(k);
+  const std::array<std::size_t, 3> shape{2, 2, 3};
+  const std::array<std::ptrdiff_t, 3> strides{12, 3, 1};
+  auto every_other = xt::adapt(buffer.data(), 12, xt::no_ownership(), shape, strides);
+  const auto strided = moecomp::as_matrix_stack_view(every_other);
+  CHECK(strided.matrix_stride() == 12);
+  CHECK(strided(1, 1, 2) == 12.0 + 3.0 + 2.0);
+}
+
+TEST_CASE("xtensor: what a stack cannot express is refused") {
+  xt::xarray<double> flat = xt::zeros<double>({4, 4});
+  CHECK(thrown_message([&] { (void)moecomp::as_matrix_stack_view(flat); }) ==
+        "as_matrix_stack_view: xtensor container must be 3-D, got dimension 2");
+  std::vector<double> buffer(24);
+  const std::array<std::size_t, 3> shape{2, 3, 4};
+  const std::array<std::ptrdiff_t, 3> overlapping{4, 4, 1};
+  auto overlap = xt::adapt(buffer.data(), 24, xt::no_ownership(), shape, overlapping);
+  CHECK(thrown_message([&] { (void)moecomp::as_matrix_stack_view(overlap); }) ==
+        "as_matrix_stack_view: xtensor container matrix stride (first axis) must be >= rows * row stride (12) so "
+        "that matrices do not overlap, got 4 for shape 2 x 3 x 4");
+}

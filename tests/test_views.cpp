@@ -1,6 +1,7 @@
 // Views and owning host containers: construction checks, element addressing with strides, slicing,
 // const and memory-space conversion rules, and the traits device code relies on.
 #include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 
 #include <doctest/doctest.h>
@@ -412,4 +413,146 @@ TEST_CASE("host_vector owns a value-initialised buffer and views it") {
   static_assert(std::is_same_v<decltype(v.const_view()), vector_view<const int>>);
   CHECK(moecomp::host_vector<int>().view().empty());
   CHECK_INVALID((moecomp::host_vector<int>(-3)), "host_vector: size must be >= 0, got -3");
+}
+
+// ------------------------------------------------------------------------------------- stacks of matrices
+
+using moecomp::matrix_stack_view;
+
+// A stack travels into kernels like the other views; its element access exists on the host only.
+static_assert(std::is_trivially_copyable_v<matrix_stack_view<float>>);
+static_assert(std::is_trivially_copyable_v<matrix_stack_view<const double, device_memory>>);
+template <class V, class = void>
+struct has_call_3 : std::false_type {};
+template <class V>
+struct has_call_3<V, std::void_t<decltype(std::declval<const V&>()(index_t{0}, index_t{0}, index_t{0}))>>
+    : std::true_type {};
+static_assert(has_call_3<matrix_stack_view<float>>::value);
+static_assert(!has_call_3<matrix_stack_view<float, device_memory>>::value);
+// Mutable converts to const in one memory space; the spaces never convert into each other.
+static_assert(std::is_convertible_v<matrix_stack_view<float>, matrix_stack_view<const float>>);
+static_assert(!std::is_convertible_v<matrix_stack_view<const float>, matrix_stack_view<float>>);
+static_assert(!std::is_convertible_v<matrix_stack_view<float>, matrix_stack_view<float, device_memory>>);
+static_assert(!std::is_convertible_v<matrix_stack_view<float, device_memory>, matrix_stack_view<float>>);
+
+TEST_CASE("matrix_stack_view addresses (e, i, j) at data[e * matrix_stride + i * row_stride + j]") {
+  // Three expert matrices of 2 x 3 (d_ff x d), rows padded to 4, matrices padded to 10 elements.
+  std::vector<int> storage(30);
+  std::iota(storage.begin(), storage.end(), 0);
+  const matrix_stack_view<int> experts(storage.data(), 3, 2, 3, 4, 10);
+  CHECK(experts.count() == 3);
+  CHECK(experts.rows() == 2);
+  CHECK(experts.cols() == 3);
+  CHECK(experts.size() == 18);
+  CHECK_FALSE(experts.is_contiguous());
+  CHECK(experts(2, 1, 2) == 2 * 10 + 1 * 4 + 2);
+  CHECK(experts.row_ptr(1, 1) == storage.data() + 14);
+  CHECK(experts.matrix_ptr(2) == storage.data() + 20);
+  // Matrix e is an ordinary matrix view sharing the row stride.
+  const matrix_view<int> second = experts[1];
+  CHECK(second.rows() == 2);
+  CHECK(second.row_stride() == 4);
+  CHECK(second(1, 0) == 14);
+  CHECK(experts.matrix(0)(0, 2) == 2);
+  // A subrange is a stack of consecutive matrices.
+  const matrix_stack_view<int> last_two = experts.subrange(1, 2);
+  CHECK(last_two.count() == 2);
+  CHECK(last_two(0, 0, 0) == 10);
+  CHECK(last_two(1, 1, 1) == 25);
+  // Padding between matrices forbids the one-matrix view; without it the stack is (count rows) x cols.
+  CHECK_INVALID(experts.as_matrix(), "matrix_stack_view::as_matrix: matrix_stride must be rows * row_stride (8)");
+  const matrix_stack_view<int> rows_padded(storage.data(), 3, 2, 3, 4, 8);
+  const matrix_view<int> all = rows_padded.as_matrix();
+  CHECK(all.rows() == 6);
+  CHECK(all.row_stride() == 4);
+  CHECK(all(5, 2) == 5 * 4 + 2);
+}
+
+TEST_CASE("contiguous stacks and split_rows: one (count rows) x cols matrix cut into equal row blocks") {
+  std::vector<float> storage(24);
+  std::iota(storage.begin(), storage.end(), 0.0f);
+  const matrix_stack_view<float> contiguous(storage.data(), 4, 2, 3);
+  CHECK(contiguous.row_stride() == 3);
+  CHECK(contiguous.matrix_stride() == 6);
+  CHECK(contiguous.is_contiguous());
+  CHECK(contiguous(3, 1, 2) == 23.0f);
+  // The stacked-matrix convention: the same memory as an 8 x 3 matrix split in 4.
+  const matrix_stack_view<float> split = moecomp::split_rows(moecomp::make_matrix_view(storage.data(), 8, 3), 4);
+  CHECK(split.count() == 4);
+  CHECK(split.rows() == 2);
+  CHECK(split.matrix_stride() == 6);
+  CHECK(split(2, 0, 1) == contiguous(2, 0, 1));
+  CHECK(split.row_ptr(3, 1) == contiguous.row_ptr(3, 1));
+  // A padded matrix keeps its row stride in every block.
+  const matrix_stack_view<float> padded = moecomp::split_rows(moecomp::make_matrix_view(storage.data(), 4, 2, 6), 2);
+  CHECK(padded.row_stride() == 6);
+  CHECK(padded.matrix_stride() == 12);
+  CHECK(padded(1, 1, 1) == 19.0f);
+  CHECK_INVALID(moecomp::split_rows(moecomp::make_matrix_view(storage.data(), 8, 3), 3),
+                "split_rows: the matrix's rows (8) must be a multiple of count (3)");
+  CHECK_INVALID(moecomp::split_rows(moecomp::make_matrix_view(storage.data(), 8, 3), 0),
+                "split_rows: count must be >= 1, got 0");
+  // Const conversion keeps every stride.
+  const matrix_stack_view<const float> read_only = padded;
+  CHECK(read_only.data() == padded.data());
+  CHECK(read_only.matrix_stride() == 12);
+  CHECK(padded.as_const()(1, 1, 1) == 19.0f);
+}
+
+TEST_CASE("matrix_stack_view construction rejects bad shapes with messages that name the problem") {
+  std::vector<double> storage(64);
+  double* p = storage.data();
+  CHECK(thrown_message([&] { matrix_stack_view<double>(p, -1, 2, 3); }) ==
+        "matrix_stack_view: shape must be non-negative, got -1 x 2 x 3");
+  CHECK(thrown_message([&] { matrix_stack_view<double>(p, 2, 2, 4, 3, 8); }) ==
+        "matrix_stack_view: row_stride must be >= cols (4), got 3");
+  CHECK(thrown_message([&] { matrix_stack_view<double>(p, 2, 2, 3, 4, 7); }) ==
+        "matrix_stack_view: matrix_stride must be >= rows * row_stride (8), got 7");
+  CHECK(thrown_message([&] { matrix_stack_view<double>(nullptr, 2, 2, 3); }) ==
+        "matrix_stack_view: data is null but shape is 2 x 2 x 3");
+  CHECK(thrown_message([&] { matrix_stack_view<double>(p, 2, index_max / 2, 3); }).find("rows * cols overflows") !=
+        std::string::npos);
+  CHECK(thrown_message([&] { matrix_stack_view<double>(p, index_max, 2, 3); }) ==
+        "matrix_stack_view: count * matrix_stride overflows (" + std::to_string(index_max) + " x 6)");
+  // One matrix needs no matrix stride: DLPack producers may give any stride for an extent of 1.
+  const matrix_stack_view<double> one(p, 1, 2, 3, 3, 1);
+  CHECK(one(0, 1, 2) == storage[5]);
+  // Empty stacks may have no data.
+  const matrix_stack_view<double> none(nullptr, 0, 2, 3);
+  CHECK(none.empty());
+  CHECK(none.size() == 0);
+  CHECK(none.as_matrix().rows() == 0);
+  CHECK_INVALID(one.matrix(1), "matrix_stack_view::matrix: index 1 is outside [0, 1)");
+  CHECK_INVALID(one.subrange(1, 1), "matrix_stack_view::subrange: 1 matrices from 1 do not fit in a stack of 1");
+  CHECK_INVALID(one.subrange(0, index_max), "do not fit in a stack of 1");
+}
+
+TEST_CASE("device stacks: addresses only, never dereferenced on the host") {
+  // A device address that is never dereferenced.
+  auto* fake = reinterpret_cast<float*>(std::uintptr_t{0x7f0000001000});
+  const auto experts = moecomp::make_device_matrix_stack_view(fake, 8, 16, 32);
+  static_assert(std::is_same_v<decltype(experts), const matrix_stack_view<float, device_memory>>);
+  CHECK(experts.count() == 8);
+  CHECK(experts.matrix_ptr(7) == fake + 7 * 16 * 32);
+  CHECK(experts.row_ptr(1, 2) == fake + 16 * 32 + 2 * 32);
+  const matrix_view<float, device_memory> third = experts[2];
+  CHECK(third.data() == fake + 2 * 16 * 32);
+  const auto strided = moecomp::make_device_matrix_stack_view(fake, 2, 4, 5, 8, 40);
+  CHECK(strided.subrange(1, 1).data() == fake + 40);
+  CHECK_FALSE(strided.is_contiguous());
+}
+
+TEST_CASE("bfloat16 stacks: weights stored in 16 bits, read as float") {
+  // Two 2 x 2 experts in bf16 storage, written and read through the view.
+  std::vector<moecomp::bfloat16> storage(8);
+  const auto experts = moecomp::make_matrix_stack_view(storage.data(), 2, 2, 2);
+  for (index_t e = 0; e < 2; ++e)
+    for (index_t i = 0; i < 2; ++i)
+      for (index_t j = 0; j < 2; ++j) experts(e, i, j) = moecomp::bfloat16(float(e * 100 + i * 10 + j) + 0.5f);
+  CHECK(static_cast<float>(experts(1, 1, 0)) == 110.5f);
+  CHECK(static_cast<float>(storage[6]) == 110.5f);
+  // 1.00390625 = 1 + 2^-8 lies halfway between two bf16 values: it rounds to even (1.0).
+  experts(0, 0, 0) = moecomp::bfloat16(1.00390625f);
+  CHECK(static_cast<float>(experts.as_const()(0, 0, 0)) == 1.0f);
+  CHECK(sizeof(storage[0]) == 2);
 }

@@ -12,6 +12,7 @@
 #include <moecomp/distance/pairwise_distance.hpp>
 #include <moecomp/distance/distance_types.hpp>
 #include <moecomp/cluster/detail/linkage_low_memory.hpp>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <algorithm>
 #include <type_traits>
@@ -22,7 +23,7 @@ namespace cluster {
 /// Z of the points' rows: condensed distances with moecomp::distance (params.metric, computed in T), then
 /// the linkage in double. points: n x d (n >= 1) of float or double, finite; z: (n - 1) x 4.
 /// Workspace: n (n - 1) / 2 doubles plus O(n), and the distance module's O(n d) (docs/cluster.md).
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 void linkage(const host_context& ctx, const linkage_params& params, matrix_view<U> points, matrix_view<double> z) {
   using T = std::remove_const_t<U>;
   const index_t n = points.rows();
@@ -52,7 +53,7 @@ void linkage(const host_context& ctx, const linkage_params& params, matrix_view<
 /// Z of the points' rows without the distance matrix, in O(n d) memory: single (any metric; Prim with
 /// distances computed on the fly), ward, centroid, median (euclidean; cluster centres and sizes). Other
 /// methods need the matrix: invalid_argument. Same Z as linkage() up to the rounding of the distances.
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 void linkage_low_memory(const host_context& ctx, const linkage_params& params, matrix_view<U> points,
                         matrix_view<double> z) {
   using T = std::remove_const_t<U>;
@@ -100,7 +101,7 @@ void linkage_low_memory(const host_context& ctx, const linkage_params& params, m
 
 // Convenience overloads returning Z as an owning (n - 1) x 4 matrix.
 
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 host_matrix<double> linkage(const host_context& ctx, const linkage_params& params, matrix_view<U> points) {
   host_matrix<double> z(std::max<index_t>(points.rows() - 1, 0), 4);
   linkage(ctx, params, points, z.view());
@@ -108,7 +109,7 @@ host_matrix<double> linkage(const host_context& ctx, const linkage_params& param
 }
 
 
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 host_matrix<double> linkage_low_memory(const host_context& ctx, const linkage_params& params,
                                        matrix_view<U> points) {
   host_matrix<double> z(std::max<index_t>(points.rows() - 1, 0), 4);

@@ -13,6 +13,7 @@
 #include <moecomp/cluster/detail/linkage_nn_chain.hpp>
 #include <moecomp/core/detail/range_scaling.hpp>
 #include <moecomp/cluster/detail/linkage_from_distances_host.hpp>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +25,7 @@ namespace cluster {
 /// Z of a condensed distance vector (scipy pdist order) of length n (n - 1) / 2, float or double, any
 /// stride; entries must be >= 0 (+inf allowed), never NaN. params.metric is ignored. Length 0 means n = 1.
 /// Workspace: n (n - 1) / 2 doubles (none for single) plus O(n).
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 void linkage_condensed(const host_context& ctx, const linkage_params& params, vector_view<U> condensed,
                        matrix_view<double> z) {
   using T = std::remove_const_t<U>;
@@ -63,7 +64,7 @@ void linkage_condensed(const host_context& ctx, const linkage_params& params, ve
 
 /// Z of an n x n distance matrix (n >= 1): exactly symmetric, zero diagonal, entries >= 0 (+inf allowed),
 /// never NaN; float or double. params.metric is ignored. Workspace as linkage_condensed.
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 void linkage_square(const host_context& ctx, const linkage_params& params, matrix_view<U> square,
                     matrix_view<double> z) {
   using T = std::remove_const_t<U>;
@@ -108,7 +109,7 @@ void linkage_square(const host_context& ctx, const linkage_params& params, matri
 
 // Convenience overloads returning Z as an owning (n - 1) x 4 matrix.
 
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 host_matrix<double> linkage_condensed(const host_context& ctx, const linkage_params& params,
                                       vector_view<U> condensed) {
   const index_t n = detail::points_from_condensed_length(condensed.size());
@@ -117,7 +118,7 @@ host_matrix<double> linkage_condensed(const host_context& ctx, const linkage_par
   return z;
 }
 
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 host_matrix<double> linkage_square(const host_context& ctx, const linkage_params& params, matrix_view<U> square) {
   host_matrix<double> z(std::max<index_t>(square.rows() - 1, 0), 4);
   linkage_square(ctx, params, square, z.view());

@@ -8,6 +8,7 @@
 #include <moecomp/distance/distance_types.hpp>
 #include <moecomp/distance/detail/pairwise_distance_host.hpp>
 #include <moecomp/distance/detail/shape_checks.hpp>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <memory>
 #include <type_traits>
@@ -19,7 +20,7 @@ namespace distance {
 /// out(i, j) = dist(x_i, y_j). x: n x d, y: m x d, out: n x m. `x` and `y` may be const or mutable views
 /// of T (float or double); out must not overlap them.
 template <class T, class U, class V,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T> && std::is_same_v<std::remove_const_t<V>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<U, T> && moecomp::detail::is_input_of_v<V, T>,
                            int> = 0>
 void pairwise_distances(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
                         matrix_view<V> y, matrix_view<T> out) {
@@ -33,7 +34,7 @@ void pairwise_distances(const host_context& ctx, const pairwise_distance_params&
 }
 
 /// out(i, j) = dist(x_i, x_j): the n x n square form, exactly symmetric with an exact zero diagonal.
-template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void pairwise_distances(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
                         matrix_view<T> out) {
   detail::check_element_type<T>();
@@ -49,7 +50,7 @@ void pairwise_distances(const host_context& ctx, const pairwise_distance_params&
 
 /// The condensed form (scipy pdist): out[condensed_index(n, i, j)] = dist(x_i, x_j) for i < j, length
 /// n (n - 1) / 2.
-template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void pairwise_distances_condensed(const host_context& ctx, const pairwise_distance_params& params,
                                   matrix_view<U> x, vector_view<T> out) {
   detail::check_element_type<T>();
@@ -68,7 +69,7 @@ void pairwise_distances_condensed(const host_context& ctx, const pairwise_distan
 /// in a form of their own (cluster::linkage keeps them in double). Segments are disjoint and arrive from
 /// several threads at once; their values are those of pairwise_distances_condensed, bit for bit, whatever
 /// the thread count.
-template <class T, class U, class Sink, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, class Sink, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void for_each_pairwise_distance(const host_context& ctx, const pairwise_distance_params& params, matrix_view<U> x,
                                 Sink&& sink) {
   detail::check_element_type<T>();

@@ -234,6 +234,21 @@ matrix_view<T, Space> as_matrix_view(const DLTensor& tensor) {
                                                         col_stride);
 }
 
+/// 3-D DLTensor (E x rows x cols, e.g. a torch stack of expert weights) -> matrix_stack_view<T, Space>, with
+/// the device, dtype, alignment and byte_offset rules of as_matrix_view. Null strides mean C-contiguous;
+/// otherwise strides[2] must be 1, strides[1] >= cols and strides[0] >= rows * strides[1], in elements (the
+/// stride of an extent-1 axis is ignored).
+template <class T, class Space = host_memory>
+matrix_stack_view<T, Space> as_matrix_stack_view(const DLTensor& tensor) {
+  T* data = interop::detail::checked_dlpack_data<T, Space>("as_matrix_stack_view", tensor, 3);
+  const index_t count = tensor.shape[0], rows = tensor.shape[1], cols = tensor.shape[2];
+  const index_t matrix_stride = tensor.strides ? tensor.strides[0] : rows * cols;
+  const index_t row_stride = tensor.strides ? tensor.strides[1] : cols;
+  const index_t col_stride = tensor.strides ? tensor.strides[2] : 1;
+  return interop::detail::stack_from_strides<T, Space>("as_matrix_stack_view", "DLTensor", data, count, rows, cols,
+                                                       matrix_stride, row_stride, col_stride);
+}
+
 /// 1-D DLTensor -> vector_view<T, Space> with strides[0] (1 when strides is null); the same device, dtype,
 /// alignment and byte_offset rules as as_matrix_view.
 template <class T, class Space = host_memory>
@@ -262,6 +277,32 @@ DLTensor to_dltensor(matrix_view<T, Space> view, std::int64_t (&shape)[2], std::
   tensor.data = const_cast<void*>(static_cast<const void*>(view.data()));
   tensor.device = device;
   tensor.ndim = 2;
+  tensor.dtype = interop::dlpack_dtype<T>();
+  tensor.shape = shape;
+  tensor.strides = strides;
+  tensor.byte_offset = 0;
+  return tensor;
+}
+
+/// A DLTensor describing a stack view: shape {count, rows, cols}, strides {matrix_stride, row_stride, 1};
+/// as the matrix overload.
+template <class T, class Space>
+DLTensor to_dltensor(matrix_stack_view<T, Space> view, std::int64_t (&shape)[3], std::int64_t (&strides)[3],
+                     DLDevice device = interop::detail::default_dlpack_device<Space>()) {
+  MOECOMP_EXPECTS(interop::dlpack_device_is_accessible<Space>(static_cast<int>(device.device_type)),
+                  "to_dltensor: device_type ", interop::dlpack_device_string(static_cast<int>(device.device_type)),
+                  " cannot describe a ", Space::name, "_memory view; expected ",
+                  interop::detail::accepted_devices<Space>());
+  shape[0] = view.count();
+  shape[1] = view.rows();
+  shape[2] = view.cols();
+  strides[1] = view.row_stride() >= view.cols() ? view.row_stride() : view.cols();  // a default view has 0
+  strides[0] = view.matrix_stride() >= view.rows() * strides[1] ? view.matrix_stride() : view.rows() * strides[1];
+  strides[2] = 1;
+  DLTensor tensor{};
+  tensor.data = const_cast<void*>(static_cast<const void*>(view.data()));
+  tensor.device = device;
+  tensor.ndim = 3;
   tensor.dtype = interop::dlpack_dtype<T>();
   tensor.shape = shape;
   tensor.strides = strides;

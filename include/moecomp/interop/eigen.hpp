@@ -20,6 +20,7 @@
 #include <moecomp/core/detail/eigen.hpp>
 
 #include <type_traits>
+#include <utility>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace interop {
@@ -138,6 +139,18 @@ auto as_matrix_view(E&& m) {
   return interop::detail::matrix_from_strides<T, host_memory>("as_matrix_view", "Eigen object", m.data(),
                                                               index_t(m.rows()), index_t(m.cols()),
                                                               index_t(m.rowStride()), index_t(m.colStride()));
+}
+
+/// Eigen has no rank-3 dense type, so stacks use the stacked-matrix convention: a row-major Eigen matrix of
+/// (count rows) x cols is `count` matrices of rows x cols, matrix e being rows [e rows, (e + 1) rows) (as
+/// split_rows). count must be >= 1 and divide m.rows(); the matrix rules are as_matrix_view's.
+template <class E, std::enable_if_t<interop::is_eigen_dense_v<E>, int> = 0>
+auto as_matrix_stack_view(E&& m, index_t count) {
+  const auto all = as_matrix_view(std::forward<E>(m));
+  MOECOMP_EXPECTS(count >= 1, "as_matrix_stack_view: count must be >= 1, got ", count);
+  MOECOMP_EXPECTS(all.rows() % count == 0, "as_matrix_stack_view: the Eigen object's rows (", all.rows(),
+                  ") must be a multiple of count (", count, ")");
+  return split_rows(all, count);
 }
 
 /// Column-major Eigen matrix / Map / Ref / Block (or a column vector) -> the cols x rows matrix_view of

@@ -129,6 +129,25 @@ auto as_matrix_view(X&& x) {
       index_t(x.strides()[0]), index_t(x.strides()[1]));
 }
 
+/// 3-D xtensor container or adaptor (E x rows x cols) -> matrix_stack_view (const T for read-only
+/// containers). Throws invalid_argument if the dimension is not 3 or the strides are not row-major with
+/// column stride 1 and matrices apart.
+template <class X, std::enable_if_t<interop::is_xtensor_container_v<X>, int> = 0>
+auto as_matrix_stack_view(X&& x) {
+  static_assert(interop::detail::xtensor_source_check<X>::ok);
+  static_assert(!interop::is_column_major_xtensor_v<X>,
+                "column-major xtensor container: a matrix_stack_view needs row-major rows; use layout_type::row_major");
+  static_assert(interop::xtensor_static_rank_v<X> == -1 || interop::xtensor_static_rank_v<X> == 3,
+                "as_matrix_stack_view: the xtensor container's type fixes a dimension other than 3");
+  using T = interop::detail::xtensor_element_t<X>;
+  MOECOMP_EXPECTS(x.dimension() == 3, "as_matrix_stack_view: xtensor container must be 3-D, got dimension ",
+                  x.dimension());
+  return interop::detail::stack_from_strides<T, host_memory>(
+      "as_matrix_stack_view", "xtensor container", x.data() + x.data_offset(), index_t(x.shape()[0]),
+      index_t(x.shape()[1]), index_t(x.shape()[2]), index_t(x.strides()[0]), index_t(x.strides()[1]),
+      index_t(x.strides()[2]));
+}
+
 /// 1-D xtensor container or adaptor -> vector_view with the container's stride (any layout).
 template <class X, std::enable_if_t<interop::is_xtensor_container_v<X>, int> = 0>
 auto as_vector_view(X&& x) {

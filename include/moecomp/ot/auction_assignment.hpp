@@ -10,6 +10,7 @@
 #include <moecomp/ot/detail/auction_host.hpp>
 #include <moecomp/ot/detail/linear_assignment_checks.hpp>
 #include <moecomp/ot/detail/auction_host.hpp>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -26,7 +27,7 @@ namespace ot {
 /// it: row_to_column then holds the last complete phase's assignment with its own result.criterion, or all -1 (cost
 /// NaN, result.criterion +inf) when no phase completed; infeasible (all -1, cost +inf / -inf). Gauss-Seidel bidding
 /// in a FIFO order: deterministic. Workspace O(m); the cost is never copied.
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 auction_result auction_assignment(const host_context& ctx, const auction_params& params, matrix_view<U> cost,
                                   vector_view<index_t> row_to_column) {
   using T = std::remove_const_t<U>;
@@ -37,7 +38,7 @@ auction_result auction_assignment(const host_context& ctx, const auction_params&
 /// C(i, j) + p_j (maximising C(i, j) - p_j when params.maximize); they relate to linear_assignment's column
 /// potentials by v = -p (v = p when maximising), up to epsilon. With params.warm_start the prices are read
 /// first as the starting point (e.g. the previous solve's output on a nearby problem).
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 auction_result auction_assignment(const host_context& ctx, const auction_params& params, matrix_view<U> cost,
                                   vector_view<index_t> row_to_column, vector_view<double> column_price) {
   using T = std::remove_const_t<U>;

@@ -10,6 +10,7 @@
 #include <moecomp/ot/detail/linear_assignment_checks.hpp>
 #include <moecomp/ot/detail/linear_assignment_jv.hpp>
 #include <moecomp/ot/detail/linear_assignment_jv.hpp>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +26,7 @@ namespace ot {
 /// +inf entries (-inf when maximising) are forbidden pairs, NaN and the other infinity are rejected.
 /// row_to_column: length n, receives the column of each row. status::infeasible (and row_to_column all -1)
 /// when every complete assignment uses a forbidden pair. Workspace: O(n + m); the cost is never copied.
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 linear_assignment_result linear_assignment(const host_context& ctx, const linear_assignment_params& params,
                                            matrix_view<U> cost, vector_view<index_t> row_to_column) {
   using T = std::remove_const_t<U>;
@@ -44,7 +45,7 @@ linear_assignment_result linear_assignment(const host_context& ctx, const linear
 /// outside [0, m) and repeated columns are ignored): a row keeps its hinted column, or else its best one,
 /// when that column is a tight minimum of C(i, j) - v_j and still free; the other rows are solved as usual.
 /// The answer is exact whatever was read; only the time depends on it. Rectangular problems start cold.
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 linear_assignment_result linear_assignment(const host_context& ctx, const linear_assignment_params& params,
                                            matrix_view<U> cost, vector_view<index_t> row_to_column,
                                            vector_view<double> row_potential, vector_view<double> column_potential) {
@@ -58,7 +59,7 @@ linear_assignment_result linear_assignment(const host_context& ctx, const linear
 /// the batch size is costs.count() and the others must agree. Problems run in parallel over ctx.threads()
 /// (OpenMP); each is solved sequentially, so the answer is the same for every thread count.
 /// params.warm_start is not available here (there are no potentials to read).
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 void linear_assignment_batched(const host_context& ctx, const linear_assignment_params& params,
                                matrix_stack_view<U> costs, matrix_view<index_t> row_to_column,
                                vector_view<linear_assignment_result> results) {

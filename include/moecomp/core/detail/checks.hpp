@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -51,6 +52,23 @@ bool views_overlap(const X& x, const Y& y) noexcept {
 template <class X, class Y>
 void check_no_overlap(const char* function, const char* output, const X& x, const char* input, const Y& y) {
   MOECOMP_EXPECTS(!views_overlap(x, y), function, ": ", output, " must not overlap ", input);
+}
+
+/// One extent of a size query, with its name for the message.
+struct named_extent {
+  const char* name;
+  index_t value;
+};
+
+/// The extents a workspace-size function receives are all >= 0
+/// ("f: shapes must be non-negative, got k 2, n -1, d 3").
+inline void check_extents(const char* function, std::initializer_list<named_extent> extents) {
+  bool ok = true;
+  for (const named_extent& e : extents) ok = ok && e.value >= 0;
+  if (MOECOMP_LIKELY(ok)) return;
+  std::string got;
+  for (const named_extent& e : extents) got += concat(got.empty() ? "" : ", ", e.name, " ", e.value);
+  MOECOMP_FAIL(error_kind::invalid_argument, function, ": shapes must be non-negative, got ", got);
 }
 
 /// Whether x[0..count) are all finite. Branch-free on the bit patterns for float and double (the exponent

@@ -13,6 +13,7 @@
 #include <moecomp/cuda/core/device_buffer.cuh>
 #include <moecomp/cuda/core/error.cuh>
 #include <moecomp/cuda/distance/pairwise_distance.cuh>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -25,7 +26,7 @@ namespace cluster {
 /// Z ((n - 1) x 4, host) of the rows of `points` (n x d, device, float or double). `host` supplies the
 /// threads and allocator of the host merge loop. Fails like the host linkage (shapes, metric, NaN
 /// distances naming the pair of points); CUDA failures are cuda_error.
-template <class U, std::enable_if_t<detail::is_real_v<std::remove_const_t<U>>, int> = 0>
+template <class U, std::enable_if_t<moecomp::detail::is_real_input_v<U>, int> = 0>
 void linkage(const cuda_context& ctx, const linkage_params& params, matrix_view<U, device_memory> points,
              matrix_view<double> z, const host_context& host = host_context{}) {
   using T = std::remove_const_t<U>;

@@ -5,6 +5,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>
+#include <moecomp/core/detail/traits.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -119,7 +120,7 @@ void copy_rows_async(const cuda_context& ctx, T* dst, index_t dst_pitch, const T
 }
 
 template <class U, class T>
-inline constexpr bool is_copy_source_v = std::is_same_v<std::remove_const_t<U>, T> && !std::is_const_v<T>;
+inline constexpr bool is_copy_source_v = moecomp::detail::is_input_of_v<U, T> && !std::is_const_v<T>;
 
 }  // namespace detail
 

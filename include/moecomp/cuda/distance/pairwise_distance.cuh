@@ -26,6 +26,8 @@
 #include <moecomp/distance/distance_types.hpp>
 #include <moecomp/cuda/distance/detail/pairwise_distance_device.cuh>
 #include <moecomp/distance/detail/shape_checks.hpp>
+#include <moecomp/core/detail/traits.hpp>
+#include <moecomp/core/detail/checks.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -41,9 +43,7 @@ template <class T>
 std::size_t pairwise_distances_workspace_size(const pairwise_distance_params& params, index_t x_rows, index_t y_rows,
                                               index_t cols) {
   cuda_detail::check_device_element_type<T>();
-  MOECOMP_EXPECTS(x_rows >= 0 && y_rows >= 0 && cols >= 0,
-                  "pairwise_distances_workspace_size: shapes must be non-negative, got x_rows ", x_rows, ", y_rows ",
-                  y_rows, ", cols ", cols);
+  moecomp::detail::check_extents("pairwise_distances_workspace_size", {{"x_rows", x_rows}, {"y_rows", y_rows}, {"cols", cols}});
   const std::size_t cross =
       cuda_detail::make_plan<T>(cuda_detail::output_form::cross, params.metric, x_rows, y_rows, cols).bytes;
   if (x_rows != y_rows) return cross;
@@ -58,16 +58,14 @@ template <class T>
 std::size_t pairwise_distances_condensed_workspace_size(const pairwise_distance_params& params, index_t rows,
                                                         index_t cols) {
   cuda_detail::check_device_element_type<T>();
-  MOECOMP_EXPECTS(rows >= 0 && cols >= 0,
-                  "pairwise_distances_condensed_workspace_size: shapes must be non-negative, got rows ", rows,
-                  ", cols ", cols);
+  moecomp::detail::check_extents("pairwise_distances_condensed_workspace_size", {{"rows", rows}, {"cols", cols}});
   return cuda_detail::make_plan<T>(cuda_detail::output_form::condensed, params.metric, rows, rows, cols).bytes;
 }
 
 /// out(i, j) = dist(x_i, y_j). x: n x d, y: m x d, out: n x m, all device memory; `x` and `y` may be const
 /// or mutable views of T (float or double); out must not overlap them or the workspace.
 template <class T, class U, class V,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T> && std::is_same_v<std::remove_const_t<V>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<U, T> && moecomp::detail::is_input_of_v<V, T>,
                            int> = 0>
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<V, device_memory> y,
@@ -85,7 +83,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
 
 /// As above, with the workspace from ctx's allocator.
 template <class T, class U, class V,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T> && std::is_same_v<std::remove_const_t<V>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<U, T> && moecomp::detail::is_input_of_v<V, T>,
                            int> = 0>
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<V, device_memory> y,
@@ -101,7 +99,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
 }
 
 /// out(i, j) = dist(x_i, x_j): the n x n square form, exactly symmetric with an exact zero diagonal.
-template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out,
                         vector_view<std::byte, device_memory> workspace) {
@@ -118,7 +116,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
 }
 
 /// As above, with the workspace from ctx's allocator.
-template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params& params,
                         matrix_view<U, device_memory> x, matrix_view<T, device_memory> out) {
   cuda_detail::check_device_element_type<T>();
@@ -132,7 +130,7 @@ void pairwise_distances(const cuda_context& ctx, const pairwise_distance_params&
 
 /// The condensed form (scipy pdist): out[condensed_index(n, i, j)] = dist(x_i, x_j) for i < j, length
 /// n (n - 1) / 2; `out` may be strided.
-template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distance_params& params,
                                   matrix_view<U, device_memory> x, vector_view<T, device_memory> out,
                                   vector_view<std::byte, device_memory> workspace) {
@@ -148,7 +146,7 @@ void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distan
 }
 
 /// As above, with the workspace from ctx's allocator.
-template <class T, class U, std::enable_if_t<std::is_same_v<std::remove_const_t<U>, T>, int> = 0>
+template <class T, class U, std::enable_if_t<moecomp::detail::is_input_of_v<U, T>, int> = 0>
 void pairwise_distances_condensed(const cuda_context& ctx, const pairwise_distance_params& params,
                                   matrix_view<U, device_memory> x, vector_view<T, device_memory> out) {
   cuda_detail::check_device_element_type<T>();

@@ -28,6 +28,7 @@
 #include <moecomp/cuda/ot/detail/auction_device.cuh>
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
 #include <moecomp/cuda/ot/detail/auction_device.cuh>
+#include <moecomp/core/detail/checks.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -45,8 +46,7 @@ template <class T>
 std::size_t auction_assignment_workspace_size(const auction_params& params, index_t n, index_t m) {
   cuda_detail::check_device_element_type<T>();
   (void)params;  // the size depends on the shapes only; params is there for the one signature shape
-  MOECOMP_EXPECTS(n >= 0 && m >= 0, "auction_assignment_workspace_size: shapes must be non-negative, got n ", n,
-                  ", m ", m);
+  moecomp::detail::check_extents("auction_assignment_workspace_size", {{"n", n}, {"m", m}});
   if (n == 0) return 0;
   std::size_t bytes = 0;
   (void)cuda_detail::make_assignment_plan(m, true, bytes);

@@ -33,6 +33,8 @@
 #include <moecomp/cuda/ot/detail/ot_device_common.cuh>
 #include <moecomp/ot/detail/free_support_checks.hpp>
 #include <moecomp/cuda/ot/detail/free_support_barycenter_device.cuh>
+#include <moecomp/core/detail/traits.hpp>
+#include <moecomp/core/detail/checks.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -54,8 +56,7 @@ std::size_t free_support_barycenter_workspace_size(const free_support_barycenter
                                                    index_t d) {
   cuda_detail::check_device_element_type<T>();
   (void)params;  // the size depends on the shapes only; params is there for the one signature shape
-  MOECOMP_EXPECTS(k >= 0 && n >= 0 && d >= 0, "free_support_barycenter_workspace_size: shapes must be non-negative, got k ",
-                  k, ", n ", n, ", d ", d);
+  moecomp::detail::check_extents("free_support_barycenter_workspace_size", {{"k", k}, {"n", n}, {"d", d}});
   return cuda_detail::make_barycenter_plan<T>("free_support_barycenter", k, n, d).bytes;
 }
 
@@ -66,7 +67,7 @@ std::size_t free_support_barycenter_workspace_size(const free_support_barycenter
 /// params.assignment tunes the auctions (maximize and warm_start are set by the barycenter itself).
 /// measures and init: const or mutable device views of T.
 template <class T, class UM, class UI,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UM>, T> && std::is_same_v<std::remove_const_t<UI>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<UM, T> && moecomp::detail::is_input_of_v<UI, T>,
                            int> = 0>
 free_support_barycenter_device_result free_support_barycenter(
     const cuda_context& ctx, const free_support_barycenter_params& params,
@@ -88,7 +89,7 @@ free_support_barycenter_device_result free_support_barycenter(
 
 /// As above, with the workspace from ctx's allocator.
 template <class T, class UM, class UI,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UM>, T> && std::is_same_v<std::remove_const_t<UI>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<UM, T> && moecomp::detail::is_input_of_v<UI, T>,
                            int> = 0>
 free_support_barycenter_device_result free_support_barycenter(
     const cuda_context& ctx, const free_support_barycenter_params& params,
@@ -106,7 +107,7 @@ free_support_barycenter_device_result free_support_barycenter(
 
 /// Uniform weights w_j = 1/k.
 template <class T, class UM, class UI,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UM>, T> && std::is_same_v<std::remove_const_t<UI>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<UM, T> && moecomp::detail::is_input_of_v<UI, T>,
                            int> = 0>
 free_support_barycenter_device_result free_support_barycenter(
     const cuda_context& ctx, const free_support_barycenter_params& params,

@@ -30,6 +30,8 @@
 #include <moecomp/cuda/ot/detail/sinkhorn_device.cuh>
 #include <moecomp/ot/detail/sinkhorn_checks.hpp>
 #include <moecomp/cuda/ot/detail/sinkhorn_device.cuh>
+#include <moecomp/core/detail/traits.hpp>
+#include <moecomp/core/detail/checks.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -46,8 +48,7 @@ template <class T>
 std::size_t sinkhorn_batched_workspace_size(const sinkhorn_params& params, index_t batch, index_t n, index_t m) {
   cuda_detail::check_device_element_type<T>();
   (void)params;
-  MOECOMP_EXPECTS(batch >= 0 && n >= 0 && m >= 0, "sinkhorn_batched_workspace_size: shapes must be non-negative, got batch ",
-                  batch, ", n ", n, ", m ", m);
+  moecomp::detail::check_extents("sinkhorn_batched_workspace_size", {{"batch", batch}, {"n", n}, {"m", m}});
   return cuda_detail::make_sinkhorn_plan<T>("sinkhorn_batched", batch, n, m).bytes;
 }
 
@@ -57,8 +58,8 @@ std::size_t sinkhorn_batched_workspace_size(const sinkhorn_params& params, index
 /// (matrix_stride = n * row_stride, as a C-contiguous batch x n x m array is). With `results` in device memory the call is asynchronous (see above); with `results` in host
 /// memory it copies them back and SYNCHRONISES ctx.stream. a, b, costs: const or mutable views of T.
 template <class T, class UA, class UB, class UC, class ResultSpace,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
-                               std::is_same_v<std::remove_const_t<UC>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<UA, T> && moecomp::detail::is_input_of_v<UB, T> &&
+                               moecomp::detail::is_input_of_v<UC, T>,
                            int> = 0>
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
                       matrix_view<UB, device_memory> b, matrix_stack_view<UC, device_memory> costs,
@@ -82,8 +83,8 @@ void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, ma
 
 /// As above, with the workspace from ctx's allocator.
 template <class T, class UA, class UB, class UC, class ResultSpace,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
-                               std::is_same_v<std::remove_const_t<UC>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<UA, T> && moecomp::detail::is_input_of_v<UB, T> &&
+                               moecomp::detail::is_input_of_v<UC, T>,
                            int> = 0>
 void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, matrix_view<UA, device_memory> a,
                       matrix_view<UB, device_memory> b, matrix_stack_view<UC, device_memory> costs,
@@ -100,8 +101,8 @@ void sinkhorn_batched(const cuda_context& ctx, const sinkhorn_params& params, ma
 /// SYNCHRONISES ctx.stream. It runs on one thread block: for one large problem prefer the host version or
 /// batch several problems.
 template <class T, class UA, class UB, class UC,
-          std::enable_if_t<std::is_same_v<std::remove_const_t<UA>, T> && std::is_same_v<std::remove_const_t<UB>, T> &&
-                               std::is_same_v<std::remove_const_t<UC>, T>,
+          std::enable_if_t<moecomp::detail::is_input_of_v<UA, T> && moecomp::detail::is_input_of_v<UB, T> &&
+                               moecomp::detail::is_input_of_v<UC, T>,
                            int> = 0>
 sinkhorn_result sinkhorn(const cuda_context& ctx, const sinkhorn_params& params, vector_view<UA, device_memory> a,
                          vector_view<UB, device_memory> b, matrix_view<UC, device_memory> cost,

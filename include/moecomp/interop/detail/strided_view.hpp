@@ -39,6 +39,25 @@ matrix_view<T, Space> matrix_from_strides(const char* function, const char* sour
   return matrix_view<T, Space>(data, rows, cols, rows <= 1 ? cols : row_stride);
 }
 
+/// `count` matrices of `rows` x `cols`, element (e, i, j) at data[e * matrix_stride + i * row_stride +
+/// j * col_stride]: each matrix as matrix_from_strides, and matrices that never share an element (the
+/// matrix stride of an extent-1 axis is ignored, as the other strides).
+template <class T, class Space>
+matrix_stack_view<T, Space> stack_from_strides(const char* function, const char* source, T* data, index_t count,
+                                               index_t rows, index_t cols, index_t matrix_stride, index_t row_stride,
+                                               index_t col_stride) {
+  MOECOMP_EXPECTS(count >= 0, function, ": ", source, " count (first extent) must be non-negative, got ", count);
+  const matrix_view<T, Space> first = matrix_from_strides<T, Space>(function, source, data, rows, cols, row_stride,
+                                                                    col_stride);
+  const index_t span = rows * first.row_stride();
+  MOECOMP_EXPECTS(count <= 1 || rows == 0 || cols == 0 || matrix_stride >= span, function, ": ", source,
+                  " matrix stride (first axis) must be >= rows * row stride (", span, ") so that matrices do not "
+                  "overlap, got ", matrix_stride, " for shape ", count, " x ",
+                  ::moecomp::detail::shape_string(rows, cols));
+  return matrix_stack_view<T, Space>(data, count, rows, cols, first.row_stride(),
+                                     count <= 1 || rows == 0 || cols == 0 ? span : matrix_stride);
+}
+
 /// `size` elements of `data`, `stride` apart (ignored when size <= 1).
 template <class T, class Space>
 vector_view<T, Space> vector_from_stride(const char* function, const char* source, T* data, index_t size,
