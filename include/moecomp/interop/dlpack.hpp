@@ -217,6 +217,24 @@ DLDevice default_dlpack_device() noexcept {
   return device;
 }
 
+/// The DLTensor describing `ndim`-dimensional data of T in `Space`, with the caller's shape and strides
+/// arrays; the device must suit the memory space.
+template <class T, class Space>
+DLTensor described_tensor(const T* data, int ndim, std::int64_t* shape, std::int64_t* strides, DLDevice device) {
+  MOECOMP_EXPECTS(dlpack_device_is_accessible<Space>(static_cast<int>(device.device_type)), "to_dltensor: device_type ",
+                  dlpack_device_string(static_cast<int>(device.device_type)), " cannot describe a ", Space::name,
+                  "_memory view; expected ", accepted_devices<Space>());
+  DLTensor tensor{};
+  tensor.data = const_cast<void*>(static_cast<const void*>(data));
+  tensor.device = device;
+  tensor.ndim = ndim;
+  tensor.dtype = dlpack_dtype<T>();
+  tensor.shape = shape;
+  tensor.strides = strides;
+  tensor.byte_offset = 0;
+  return tensor;
+}
+
 }  // namespace detail
 }  // namespace interop
 
@@ -265,23 +283,11 @@ vector_view<T, Space> as_vector_view(const DLTensor& tensor) {
 template <class T, class Space>
 DLTensor to_dltensor(matrix_view<T, Space> view, std::int64_t (&shape)[2], std::int64_t (&strides)[2],
                      DLDevice device = interop::detail::default_dlpack_device<Space>()) {
-  MOECOMP_EXPECTS(interop::dlpack_device_is_accessible<Space>(static_cast<int>(device.device_type)),
-                  "to_dltensor: device_type ", interop::dlpack_device_string(static_cast<int>(device.device_type)),
-                  " cannot describe a ", Space::name, "_memory view; expected ",
-                  interop::detail::accepted_devices<Space>());
   shape[0] = view.rows();
   shape[1] = view.cols();
   strides[0] = view.row_stride() >= view.cols() ? view.row_stride() : view.cols();  // a default view has 0
   strides[1] = 1;
-  DLTensor tensor{};
-  tensor.data = const_cast<void*>(static_cast<const void*>(view.data()));
-  tensor.device = device;
-  tensor.ndim = 2;
-  tensor.dtype = interop::dlpack_dtype<T>();
-  tensor.shape = shape;
-  tensor.strides = strides;
-  tensor.byte_offset = 0;
-  return tensor;
+  return interop::detail::described_tensor<T, Space>(view.data(), 2, shape, strides, device);
 }
 
 /// A DLTensor describing a stack view: shape {count, rows, cols}, strides {matrix_stride, row_stride, 1};
@@ -289,46 +295,22 @@ DLTensor to_dltensor(matrix_view<T, Space> view, std::int64_t (&shape)[2], std::
 template <class T, class Space>
 DLTensor to_dltensor(matrix_stack_view<T, Space> view, std::int64_t (&shape)[3], std::int64_t (&strides)[3],
                      DLDevice device = interop::detail::default_dlpack_device<Space>()) {
-  MOECOMP_EXPECTS(interop::dlpack_device_is_accessible<Space>(static_cast<int>(device.device_type)),
-                  "to_dltensor: device_type ", interop::dlpack_device_string(static_cast<int>(device.device_type)),
-                  " cannot describe a ", Space::name, "_memory view; expected ",
-                  interop::detail::accepted_devices<Space>());
   shape[0] = view.count();
   shape[1] = view.rows();
   shape[2] = view.cols();
   strides[1] = view.row_stride() >= view.cols() ? view.row_stride() : view.cols();  // a default view has 0
   strides[0] = view.matrix_stride() >= view.rows() * strides[1] ? view.matrix_stride() : view.rows() * strides[1];
   strides[2] = 1;
-  DLTensor tensor{};
-  tensor.data = const_cast<void*>(static_cast<const void*>(view.data()));
-  tensor.device = device;
-  tensor.ndim = 3;
-  tensor.dtype = interop::dlpack_dtype<T>();
-  tensor.shape = shape;
-  tensor.strides = strides;
-  tensor.byte_offset = 0;
-  return tensor;
+  return interop::detail::described_tensor<T, Space>(view.data(), 3, shape, strides, device);
 }
 
 /// A DLTensor describing a vector view: shape {size}, strides {stride}; as the matrix overload.
 template <class T, class Space>
 DLTensor to_dltensor(vector_view<T, Space> view, std::int64_t (&shape)[1], std::int64_t (&strides)[1],
                      DLDevice device = interop::detail::default_dlpack_device<Space>()) {
-  MOECOMP_EXPECTS(interop::dlpack_device_is_accessible<Space>(static_cast<int>(device.device_type)),
-                  "to_dltensor: device_type ", interop::dlpack_device_string(static_cast<int>(device.device_type)),
-                  " cannot describe a ", Space::name, "_memory view; expected ",
-                  interop::detail::accepted_devices<Space>());
   shape[0] = view.size();
   strides[0] = view.stride();
-  DLTensor tensor{};
-  tensor.data = const_cast<void*>(static_cast<const void*>(view.data()));
-  tensor.device = device;
-  tensor.ndim = 1;
-  tensor.dtype = interop::dlpack_dtype<T>();
-  tensor.shape = shape;
-  tensor.strides = strides;
-  tensor.byte_offset = 0;
-  return tensor;
+  return interop::detail::described_tensor<T, Space>(view.data(), 1, shape, strides, device);
 }
 
 MOECOMP_NAMESPACE_END
