@@ -52,7 +52,9 @@ assign_outcome run_assign(const arguments& args, const moecomp::io::npy_array& i
       out.status = r.status;
     }
   } catch (const invalid_argument& e) {
-    throw usage_error(path + ": " + e.what());
+    // A parameter the library refused is named by its option; anything else is about the cost file.
+    const std::string message = name_the_option(e.what(), {{"--epsilon", "params.epsilon_final"}});
+    throw usage_error(message != e.what() ? message : path + ": " + e.what());
   }
   return out;
 }
@@ -64,12 +66,8 @@ int assign(const arguments& args, output_files& outputs) {
   if (method != "jv" && method != "auction")
     throw usage_error("option --method: expected jv or auction, got '" + method + "'");
   const bool auction = method == "auction";
-  if (args.value("--epsilon")) {
-    if (!auction) throw usage_error("option --epsilon: only meaningful with --method auction");
-    const double e = args.number("--epsilon", 0.0);
-    if (!(e >= 0) || !std::isfinite(e))
-      throw usage_error("option --epsilon: expected a finite number >= 0 (0: automatic), got " + *args.value("--epsilon"));
-  }
+  // The value itself is checked by the library (params.epsilon_final); the tool checks only its own rule.
+  if (args.value("--epsilon") && !auction) throw usage_error("option --epsilon: only meaningful with --method auction");
   const io::npy_array input = read_operand(path);
   const precision prec = choose_precision(args, input.dtype(), path);
   host_vector<std::int64_t> cols;
