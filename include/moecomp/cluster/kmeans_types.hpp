@@ -1,0 +1,78 @@
+#pragma once
+// Parameters and result of k-means (<moecomp/cluster/kmeans.hpp>). Documentation: docs/kmeans.md.
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/status.hpp>
+#include <moecomp/core/views.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace cluster {
+
+/// How the first centres are chosen.
+///  * kmeans_plus_plus: greedy k-means++ with scikit-learn's conventions: the first centre uniformly
+///    among the rows, then each next one the best (lowest potential) of `local_trials` D^2-weighted draws.
+///  * random_rows: k distinct rows drawn uniformly.
+///  * given: the caller's centres (the `centers` argument holds them on entry).
+enum class kmeans_init { kmeans_plus_plus, random_rows, given };
+
+inline const char* to_string(kmeans_init i) noexcept {
+  switch (i) {
+    case kmeans_init::kmeans_plus_plus: return "k-means++";
+    case kmeans_init::random_rows: return "random";
+    case kmeans_init::given: return "given";
+  }
+  return "unknown";
+}
+
+/// Parses "k-means++", "random" or "given"; throws invalid_argument naming the accepted values otherwise.
+inline kmeans_init parse_kmeans_init(std::string_view name) {
+  for (kmeans_init i : {kmeans_init::kmeans_plus_plus, kmeans_init::random_rows, kmeans_init::given})
+    if (name == to_string(i)) return i;
+  MOECOMP_FAIL(error_kind::invalid_argument, "init: expected k-means++, random or given, got '", std::string(name),
+               "'");
+}
+
+struct kmeans_params {
+  /// k, the number of clusters: 1 <= k <= n.
+  index_t clusters = 8;
+  kmeans_init init = kmeans_init::kmeans_plus_plus;
+  /// Runs from different starts; the lowest inertia wins (ties: the earliest run). >= 1; must be 1 with
+  /// init = given (there is one start).
+  index_t restarts = 1;
+  /// Lloyd iterations per run (scikit-learn's max_iter). >= 1.
+  index_t max_iterations = 300;
+  /// scikit-learn's tol: a run stops when the squared centre shift summed over the clusters,
+  /// sum_j ||c_j(new) - c_j||^2, is <= tolerance x the mean per-feature variance of x. It also stops as
+  /// soon as no label changes. >= 0.
+  double tolerance = 1e-4;
+  /// Seed of moecomp's random_generator; run r draws from stream r.
+  std::uint64_t seed = 0;
+  /// k-means++ candidates per centre; 0: scikit-learn's 2 + floor(ln k).
+  index_t local_trials = 0;
+};
+
+/// k-means++ candidates per centre that params ask for: params.local_trials, or 2 + floor(ln k) when 0
+/// (ln k is never within rounding of an integer for k >= 2, so every libm gives the same floor).
+inline index_t resolved_local_trials(const kmeans_params& params) {
+  if (params.local_trials > 0) return params.local_trials;
+  return 2 + static_cast<index_t>(std::floor(std::log(static_cast<double>(params.clusters > 1 ? params.clusters : 1))));
+}
+
+/// convergence_info of the winning run: `iterations` counts Lloyd iterations (scikit-learn's n_iter_),
+/// `criterion` is the last squared centre shift sum_j ||c_j(new) - c_j||^2, `status` is ok (no label
+/// changed, or the shift fell to the tolerance) or iteration_limit.
+struct kmeans_result : convergence_info {
+  /// sum_i w_i ||x_i - c_label(i)||^2 for the returned labels and centres, in double.
+  double inertia = 0;
+  /// The run (0-based) whose result was returned.
+  index_t best_run = 0;
+  /// Empty clusters re-seeded over all iterations of the winning run (0 in the usual case).
+  index_t reseeded = 0;
+};
+
+}  // namespace cluster
+MOECOMP_NAMESPACE_END
