@@ -279,3 +279,71 @@ TEST_CASE("kmeans: bad input is refused with a message naming the argument") {
   CHECK(thrown_message([] { cluster::parse_kmeans_init("kmeans++"); }) ==
         "init: expected k-means++, random or given, got 'kmeans++'");
 }
+
+TEST_CASE("balanced kmeans: exact sizes, an optimal assignment at every step, a non-increasing objective") {
+  // 3 blobs of 40, 20 and 60 points into 3 clusters of exactly 40: the big blob must give 20 points away.
+  host_matrix<double> x(120, 2);
+  moecomp::random_generator rng(51);
+  const index_t per[] = {40, 20, 60};
+  index_t row = 0;
+  for (index_t c = 0; c < 3; ++c)
+    for (index_t p = 0; p < per[c]; ++p, ++row)
+      for (index_t j = 0; j < 2; ++j) x(row, j) = 8.0 * static_cast<double>(c) + rng.normal<double>();
+  cluster::kmeans_params p;
+  p.clusters = 3;
+  p.size_min = p.size_max = 40;
+  p.restarts = 3;
+  const fit<double> f = run(host_context(), p, x);
+  for (index_t c = 0; c < 3; ++c) CHECK(f.sizes[c] == 40);
+  CHECK(f.result.assignment_gap <= 1e-12);
+  CHECK(f.result.ok());
+  // The objective never increases: run one more iteration at a time from the same start.
+  double previous = std::numeric_limits<double>::infinity();
+  host_matrix<double> start(3, 2);
+  for (index_t j = 0; j < 3; ++j)
+    for (index_t t = 0; t < 2; ++t) start(j, t) = x(j * 37, t);
+  auto q = given(3);
+  q.size_min = q.size_max = 40;
+  q.tolerance = 0;
+  for (index_t iterations = 1; iterations <= 8; ++iterations) {
+    q.max_iterations = iterations;
+    const fit<double> step = run(host_context(), q, x, &start);
+    CHECK(step.result.inertia <= previous * (1 + 1e-15));
+    previous = step.result.inertia;
+    for (index_t c = 0; c < 3; ++c) CHECK(step.sizes[c] == 40);
+  }
+}
+
+TEST_CASE("balanced kmeans: size bounds as k-means-constrained's size_min / size_max") {
+  const auto x = blobs<double>(2, 30, 3, 61);  // two blobs of 30
+  cluster::kmeans_params p;
+  p.clusters = 3;
+  p.size_min = 15;
+  p.size_max = 25;
+  const fit<double> f = run(host_context(), p, x);
+  index_t total = 0;
+  for (index_t c = 0; c < 3; ++c) {
+    CHECK(f.sizes[c] >= 15);
+    CHECK(f.sizes[c] <= 25);
+    total += f.sizes[c];
+  }
+  CHECK(total == 60);
+  CHECK(f.result.assignment_gap <= 1e-12);
+  // Only a lower bound: size_max 0.
+  p.size_max = 0;
+  p.size_min = 5;
+  const fit<double> lower = run(host_context(), p, x);
+  for (index_t c = 0; c < 3; ++c) CHECK(lower.sizes[c] >= 5);
+  // Infeasible bounds are misuse.
+  p.size_min = 21;
+  CHECK(thrown_message([&] { run(host_context(), p, x); }) ==
+        "kmeans: params.size_min x params.clusters must be <= the rows of x (60), got 21 x 3");
+  p.size_min = 0;
+  p.size_max = 19;
+  CHECK(thrown_message([&] { run(host_context(), p, x); }) ==
+        "kmeans: params.size_max x params.clusters must be >= the rows of x (60), got 19 x 3");
+  p.size_min = 10;
+  p.size_max = 9;
+  CHECK(thrown_message([&] { run(host_context(), p, x); }) ==
+        "kmeans: params.size_max must be >= params.size_min (10), got 9");
+}

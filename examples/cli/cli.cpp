@@ -617,9 +617,17 @@ int conclude(const arguments& args, output_files& outputs, json_summary summary,
 }
 
 std::string name_the_option(const std::string& message, std::initializer_list<option_parameter> options) {
-  for (const option_parameter& o : options)
-    if (message.find(std::string(o.parameter) + " ") != std::string::npos) return std::string("option ") + o.option + ": " + message;
-  return message;
+  // The parameter the message names first is the one it is about ("params.size_max must be >= params.size_min").
+  const char* option = nullptr;
+  std::size_t earliest = std::string::npos;
+  for (const option_parameter& o : options) {
+    const std::size_t at = message.find(std::string(o.parameter) + " ");
+    if (at < earliest) {
+      earliest = at;
+      option = o.option;
+    }
+  }
+  return option ? std::string("option ") + option + ": " + message : message;
 }
 
 }  // namespace moecomp_cli

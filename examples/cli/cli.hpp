@@ -64,7 +64,7 @@ struct option_parameter {
 };
 
 /// A library invalid_argument message, with "option --reg: " in front when it is about a parameter that one
-/// of `options` sets (the library names parameters "params.<name>").
+/// of `options` sets (the library names parameters "params.<name>"; the one named first wins).
 std::string name_the_option(const std::string& message, std::initializer_list<option_parameter> options);
 
 /// Computation precision: --dtype if given, else the input's.

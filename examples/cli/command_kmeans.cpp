@@ -1,4 +1,4 @@
-// moecomp kmeans X.npy --k K [--init k-means++|random|C0.npy] [--seed S] [--n-init N] [--max-iter N] [--tol T]
+// moecomp kmeans X.npy --k K [--balanced | --size-min A --size-max B] [--init k-means++|random|C0.npy] [--seed S] [--n-init N] [--max-iter N] [--tol T]
 // [--weights W.npy] [--centers C.npy] [-o LABELS.npy] [--json]: Lloyd's k-means (scikit-learn's KMeans with
 // algorithm="lloyd"), labels int64 0-based, centres k x d. The contract: docs/cli.md; the algorithm:
 // docs/kmeans.md.
@@ -23,6 +23,18 @@ int run_kmeans(const arguments& args, output_files& outputs, const moecomp::io::
   params.restarts = args.integer("--n-init", 1);
   params.max_iterations = args.integer("--max-iter", 300);
   params.tolerance = args.number("--tol", 1e-4);
+  // Size bounds: --balanced is equal sizes n / k; --size-min / --size-max as k-means-constrained.
+  if (args.flag("--balanced")) {
+    if (args.value("--size-min") || args.value("--size-max"))
+      throw usage_error("option --balanced: give either --balanced or --size-min / --size-max, not both");
+    if (params.clusters < 1 || x.rows() % params.clusters != 0)
+      throw usage_error("option --balanced: the rows of " + path + " (" + std::to_string(x.rows()) +
+                        ") must be a multiple of --k (" + std::to_string(params.clusters) + ")");
+    params.size_min = params.size_max = x.rows() / params.clusters;
+  } else {
+    params.size_min = args.integer("--size-min", 0);
+    params.size_max = args.integer("--size-max", 0);
+  }
   host_matrix<T> centers(params.clusters > 0 ? params.clusters : 0, x.cols());
   const std::string init = args.value_or("--init", "k-means++");
   if (init == "k-means++" || init == "random") {
@@ -54,7 +66,9 @@ int run_kmeans(const arguments& args, output_files& outputs, const moecomp::io::
     result = cluster::kmeans<T>(ctx, params, x.const_view(), weights.const_view(), centers.view(), labels.view(),
                                 sizes.view());
   } catch (const invalid_argument& e) {
-    const std::string message = name_the_option(e.what(), {{"--k", "params.clusters"},
+    const std::string message = name_the_option(e.what(), {{"--size-min", "params.size_min"},
+                                                           {"--size-max", "params.size_max"},
+                                                           {"--k", "params.clusters"},
                                                            {"--n-init", "params.restarts"},
                                                            {"--max-iter", "params.max_iterations"},
                                                            {"--tol", "params.tolerance"},
@@ -78,6 +92,7 @@ int run_kmeans(const arguments& args, output_files& outputs, const moecomp::io::
                       .add("converged", result.ok())
                       .add("best_run", static_cast<long long>(result.best_run))
                       .add("sizes", size_list)
+                      .add("assignment_gap", result.assignment_gap)
                       .add("seconds", seconds),
                   result.status, "kmeans", "more --max-iter or a larger --tol");
 }
@@ -95,11 +110,14 @@ int kmeans(const arguments& args, output_files& outputs) {
 const command_registration kmeans_registration{command{
     {"kmeans",
      "Lloyd's k-means (scikit-learn KMeans, algorithm lloyd): labels int64 0-based, optional centres",
-     "kmeans X.npy --k K [--init k-means++|random|C0.npy] [--seed S] [--n-init N] [--max-iter N] [--tol T] "
-     "[--weights W.npy] [--centers C.npy] [-o LABELS.npy] [--json]",
+     "kmeans X.npy --k K [--balanced | --size-min A --size-max B] [--init k-means++|random|C0.npy] [--seed S] "
+     "[--n-init N] [--max-iter N] [--tol T] [--weights W.npy] [--centers C.npy] [-o LABELS.npy] [--json]",
      1,
      1,
      {{"--k", true, "number of clusters, 1 <= K <= rows of X (required)"},
+      {"--balanced", false, "clusters of exactly n / K rows (exact transportation assignment step)"},
+      {"--size-min", true, "A: at least A rows per cluster (k-means-constrained's size_min)"},
+      {"--size-max", true, "B: at most B rows per cluster (size_max)"},
       {"--init", true, "k-means++ (default, greedy, 2 + ln K trials) | random (K distinct rows) | C0.npy (K x d)"},
       {"--seed", true, "seed of moecomp's generator, >= 0 (default 0); run r uses stream r"},
       {"--n-init", true, "runs from different starts, the lowest inertia wins (default 1)"},

@@ -8,6 +8,12 @@
 * k-means++: the starts are drawn by moecomp's own generator, so the check is statistical: over 120 seeds
   each, the mean final inertia of moecomp and of scikit-learn (n_init=1) agree within 5 standard errors, and
   every moecomp start has k distinct centres (max_iter=1 on k = n points gives inertia 0).
+* Balanced (--balanced, --size-min/--size-max): the sizes are exact, and the returned labels are an optimal
+  assignment for the returned centres (the last assignment step): their total squared distance equals
+  scipy.optimize.linear_sum_assignment on the cost with each centre's column repeated n/k times (n <= 1024),
+  and POT's emd on the transport form (n = 3000, and the bounded form with a dummy row), to 1e-9
+  relative, after 1, 2, 3 and all iterations;
+  the inertia never increases with the iteration limit.
 * The CLI's error contract: exit 2, one "moecomp: error:" line naming the problem, no output file.
 
 Usage: test_kmeans_sklearn.py PATH/TO/moecomp"""
@@ -20,7 +26,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_common import ToolRunner, require  # noqa: E402
 
-np, cluster = require("numpy", "sklearn.cluster")
+np, cluster, optimize, ot = require("numpy", "sklearn.cluster", "scipy.optimize", "ot")
 
 
 class Checker(ToolRunner):
@@ -77,6 +83,50 @@ class Checker(ToolRunner):
             elif sorted(summary["sizes"]) != sorted(np.bincount(labels, minlength=k).tolist()):
                 problem = f"sizes {summary['sizes']} are not the labels' counts"
         self.record(f"{label} {x.shape[0]}x{x.shape[1]} {x.dtype} k={k} max_iter={max_iter} tol={tol}", problem)
+
+    def check_balanced(self, label, x, k, c0, *bounds):
+        """Sizes within the bounds, and the labels an optimal size-bounded assignment to the output centres."""
+        n = x.shape[0]
+        size_min, size_max = (n // k, n // k) if not bounds else bounds
+        previous = np.inf
+        for max_iter in (1, 2, 3, 300):
+            flags = ["--balanced"] if not bounds else ["--size-min", str(size_min), "--size-max", str(size_max)]
+            labels, centers, summary = self.kmeans(x, k, "--max-iter", str(max_iter), *flags, init=c0)
+            sizes = np.bincount(labels, minlength=k)
+            cost = ((x[:, None, :] - centers[None, :, :]) ** 2).sum(-1)
+            got = cost[np.arange(n), labels].sum()
+            if n <= 1024:
+                # Every cluster gets size_min slots, then size_max - size_min optional ones: with equal bounds
+                # the replicated cost is square; otherwise rectangular (n rows, k size_max columns).
+                if size_min == size_max:
+                    reps = np.repeat(np.arange(k), size_max)
+                    rows, cols = optimize.linear_sum_assignment(cost[:, reps])
+                    want, peer = cost[:, reps][rows, cols].sum(), "scipy LSA on the replicated cost"
+                else:
+                    # Bounds: k columns of demand size_min, k of size_max - size_min, and a dummy row holding
+                    # the k size_max - n unused places, allowed only in the second k (POT on this form).
+                    big = 1e6 * (cost.max() + 1)
+                    m = np.vstack([np.hstack([cost, cost]),
+                                   np.concatenate([np.full(k, big), np.zeros(k)])[None, :]])
+                    a = np.concatenate([np.ones(n), [k * size_max - n]])
+                    b = np.concatenate([np.full(k, size_min), np.full(k, size_max - size_min)]).astype(float)
+                    plan = ot.emd(a, b, m, numItermax=10**8)
+                    want, peer = float((plan[:n] * m[:n]).sum()), "POT emd on the bounded transport form"
+            else:
+                plan = ot.emd(np.ones(n), np.full(k, n / k), cost, numItermax=10**8)
+                want, peer = float((plan * cost).sum()), "POT emd on the transport form"
+            problem = None
+            if sizes.min() < size_min or sizes.max() > size_max:
+                problem = f"sizes {sizes.tolist()} outside [{size_min}, {size_max}]"
+            elif abs(got - want) > 1e-9 * max(want, 1.0):
+                problem = f"assignment total {got!r} vs the optimum {want!r} ({peer})"
+            elif summary["inertia"] > previous * (1 + 1e-12):
+                problem = f"inertia rose from {previous!r} to {summary['inertia']!r}"
+            elif summary["assignment_gap"] > 1e-9:
+                problem = f"assignment_gap {summary['assignment_gap']}"
+            previous = summary["inertia"]
+            self.record(f"balanced {label} n={n} k={k} bounds [{size_min}, {size_max}] max_iter {max_iter} "
+                        f"({peer})", problem)
 
     def expect_error(self, label, args, *fragments):
         """Exit status 2, one stderr line starting with 'moecomp: error:' that holds every fragment, no output."""
@@ -136,6 +186,16 @@ def main():
         distinct = all(c.kmeans(few, 12, "--seed", str(s), "--max-iter", "1")[2]["inertia"] == 0.0 for s in range(10))
         c.record("k-means++ starts from 12 distinct rows of 12", None if distinct else "a row was drawn twice")
 
+        # Balanced: optimal assignment steps and exact sizes.
+        for n, k, d in [(60, 3, 2), (256, 8, 5), (1024, 16, 8)]:
+            xb = blobs(rng, k, n // k, d, spread=3.0)
+            xb = xb[rng.permutation(len(xb))]
+            c.check_balanced(f"blobs d={d}", xb, k, xb[:k].copy())
+        xb = rng.standard_normal((3000, 6))
+        c.check_balanced("normal", xb, 12, xb[:12].copy())
+        xb = blobs(rng, 4, 50, 3, spread=1.0)
+        c.check_balanced("bounded", xb, 5, xb[:5].copy(), 30, 45)
+
         # --json summary
         _, _, summary = c.kmeans(x, 10)
         c.record("--json keys", None if {"inertia", "iterations", "sizes", "converged", "seconds"} <= set(summary)
@@ -154,6 +214,11 @@ def main():
         c.expect_error("NaN row", ["kmeans", nan_path, "--k", "2"], "nan.npy")
         c.expect_error("negative --tol", ["kmeans", good, "--k", "2", "--tol", "-1"], "--tol")
         c.expect_error("--init shape", ["kmeans", good, "--k", "2", "--init", c_bad], "--init", "(2, 2)", "(3, 3)")
+        c.expect_error("--balanced, n not divisible by k", ["kmeans", good, "--k", "4", "--balanced"], "--balanced",
+                       "multiple of --k (4)")
+        c.expect_error("size_min * k > n", ["kmeans", good, "--k", "2", "--size-min", "4"], "--size-min", "4 x 2")
+        c.expect_error("size_max < size_min", ["kmeans", good, "--k", "2", "--size-min", "3", "--size-max", "2"],
+                       "--size-max")
         c.expect_error("unknown --init file", ["kmeans", good, "--k", "2", "--init", c.path("none.npy")], "none.npy")
 
         print(f"{c.checks - c.failures} passed, {c.failures} failed")

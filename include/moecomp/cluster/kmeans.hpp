@@ -9,7 +9,9 @@
 //   labels (n): the cluster of each row, 0 .. k - 1; sizes (k): rows per cluster.
 //
 // The assignment step compares ||c_j||^2 - 2 x_i . c_j from one GEMM per 256-row tile (ties to the lowest
-// j); the centre update sums each cluster's rows in double in row order. Empty clusters take the rows
+// j); with size bounds (params.size_min / size_max, balanced k-means) it is the exact transportation problem
+// from the rows to the centres, solved by the network simplex (<moecomp/ot/emd.hpp>), its duality gap
+// reported. The centre update sums each cluster's rows in double in row order. Empty clusters take the rows
 // farthest from their centres (docs/kmeans.md). Cost per iteration: 2 n k d flops of GEMM plus O(n d).
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/core/context.hpp>
@@ -44,6 +46,15 @@ kmeans_result kmeans(const host_context& ctx, const kmeans_params& params,
                   params.local_trials);
   MOECOMP_EXPECTS(d >= 1, fn, ": x must have at least one column, got ", moecomp::detail::shape_string(n, d));
   MOECOMP_EXPECTS(n >= k, fn, ": x must have at least params.clusters = ", k, " rows, got ", n);
+  MOECOMP_EXPECTS(params.size_min >= 0 && params.size_max >= 0, fn,
+                  ": params.size_min and params.size_max must be >= 0, got ", params.size_min, " and ", params.size_max);
+  MOECOMP_EXPECTS(params.size_max == 0 || params.size_max >= params.size_min, fn,
+                  ": params.size_max must be >= params.size_min (", params.size_min, "), got ", params.size_max);
+  MOECOMP_EXPECTS(params.size_min <= n / k, fn, ": params.size_min x params.clusters must be <= the rows of x (", n,
+                  "), got ", params.size_min, " x ", k);
+  MOECOMP_EXPECTS(params.size_max == 0 || params.size_max >= (n + k - 1) / k, fn,
+                  ": params.size_max x params.clusters must be >= the rows of x (", n, "), got ", params.size_max, " x ",
+                  k);
   MOECOMP_EXPECTS(centers.rows() == k && centers.cols() == d, fn, ": centers must be ",
                   moecomp::detail::shape_string(k, d), " (params.clusters x the columns of x), got ",
                   moecomp::detail::shape_string(centers.rows(), centers.cols()));

@@ -53,7 +53,18 @@ struct kmeans_params {
   std::uint64_t seed = 0;
   /// k-means++ candidates per centre; 0: scikit-learn's 2 + floor(ln k).
   index_t local_trials = 0;
+  /// Cluster size bounds, as k-means-constrained's size_min / size_max: every cluster gets between
+  /// size_min and size_max rows, and the assignment step becomes the exact transportation problem from the
+  /// rows to the centres with those capacities. 0 and 0: no bounds (Lloyd). size_max 0 with size_min > 0
+  /// means no upper bound. Equal sizes (the MoEfication split): size_min = size_max = n / k.
+  index_t size_min = 0;
+  index_t size_max = 0;
 };
+
+/// Whether params ask for size bounds (a constrained assignment step).
+inline bool has_size_bounds(const kmeans_params& params) noexcept {
+  return params.size_min > 0 || params.size_max > 0;
+}
 
 /// k-means++ candidates per centre that params ask for: params.local_trials, or 2 + floor(ln k) when 0
 /// (ln k is never within rounding of an integer for k >= 2, so every libm gives the same floor).
@@ -70,8 +81,13 @@ struct kmeans_result : convergence_info {
   double inertia = 0;
   /// The run (0-based) whose result was returned.
   index_t best_run = 0;
-  /// Empty clusters re-seeded over all iterations of the winning run (0 in the usual case).
+  /// Empty clusters re-seeded over all iterations of the winning run (0 in the usual case; never with size
+  /// bounds, whose assignment fills every cluster).
   index_t reseeded = 0;
+  /// With size bounds: the largest duality gap of the winning run's assignment steps, cost - (sum_i u_i +
+  /// sum_j b_j v_j) of each exact transportation problem, relative to max(1, cost): 0 up to rounding, a
+  /// certificate that every assignment step was optimal. 0 without bounds.
+  double assignment_gap = 0;
 };
 
 }  // namespace cluster

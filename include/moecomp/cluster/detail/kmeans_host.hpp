@@ -8,12 +8,14 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/random.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/ot/emd.hpp>
 #include <moecomp/core/detail/gemm.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -274,6 +276,85 @@ void kmeans_plus_plus_init(const kmeans_data<T>& data, int threads, index_t tria
   }
 }
 
+/// The exact transportation problem behind an assignment step with size bounds, and its scratch. Rows are
+/// the points (supply 1 each), columns the clusters: with equal bounds (size_min = size_max = s) k columns
+/// of demand s; otherwise k columns of demand size_min plus k of demand size_max - size_min, and one more
+/// row, a dummy source of the k size_max - n units of capacity left unused, which may serve only the second
+/// k columns (at cost 0; +inf elsewhere). The cost of point i in cluster j is w_i ||x_i - c_j||^2 (the GEMM
+/// form in T, clamped at 0, then in double). Integer supplies and demands make the optimal basic plan
+/// integral, so each point's unit goes to exactly one cluster.
+template <class T>
+struct size_bounded_assignment {
+  index_t n, k, size_min, size_max, rows, cols;
+  host_workspace<double> cost, a, b, u, v, mass;
+  host_workspace<index_t> plan_rows, plan_cols;
+  host_workspace<T> x_norms;
+
+  size_bounded_assignment(const host_context& ctx, const kmeans_data<T>& data, index_t lo, index_t hi)
+      : n(data.n),
+        k(data.k),
+        size_min(lo),
+        size_max(hi),
+        rows(lo == hi ? data.n : data.n + 1),
+        cols(lo == hi ? data.k : 2 * data.k),
+        cost(ctx, static_cast<std::size_t>(rows * cols)),
+        a(ctx, static_cast<std::size_t>(rows)),
+        b(ctx, static_cast<std::size_t>(cols)),
+        u(ctx, static_cast<std::size_t>(rows)),
+        v(ctx, static_cast<std::size_t>(cols)),
+        mass(ctx, static_cast<std::size_t>(rows + cols)),
+        plan_rows(ctx, static_cast<std::size_t>(rows + cols)),
+        plan_cols(ctx, static_cast<std::size_t>(rows + cols)),
+        x_norms(ctx, static_cast<std::size_t>(data.n)) {
+    squared_row_norms(data.x, x_norms.data());
+    for (index_t i = 0; i < n; ++i) a[static_cast<std::size_t>(i)] = 1.0;
+    for (index_t j = 0; j < k; ++j) b[static_cast<std::size_t>(j)] = static_cast<double>(size_min);
+    if (rows > n) {
+      a[static_cast<std::size_t>(n)] = static_cast<double>(k * size_max - n);
+      for (index_t j = 0; j < k; ++j) b[static_cast<std::size_t>(k + j)] = static_cast<double>(size_max - size_min);
+      for (index_t j = 0; j < cols; ++j)
+        cost[static_cast<std::size_t>(n * cols + j)] = j < k ? std::numeric_limits<double>::infinity() : 0.0;
+    }
+  }
+
+  /// Solves the assignment step for `centers`; writes labels and returns the relative duality gap.
+  double solve(const host_context& ctx, const kmeans_data<T>& data, int threads, const T* centers,
+               const T* center_norms, T* scratch, std::int64_t* labels) {
+    const index_t d = data.d;
+    for_each_row_tile(n, threads, [&](index_t first, index_t count, int thread) {
+      T* tile = scratch + static_cast<std::size_t>(thread) * static_cast<std::size_t>(kmeans_tile_rows * k);
+      moecomp::detail::gemm_abt<T>(T(-2), data.x.row_ptr(first), data.x.row_stride(), centers, d, count, k, d, tile, k);
+      for (index_t r = 0; r < count; ++r) {
+        const index_t i = first + r;
+        double* row = cost.data() + i * cols;
+        const double w = data.weight(i);
+        for (index_t j = 0; j < k; ++j) {
+          const T dist = tile[r * k + j] + x_norms[static_cast<std::size_t>(i)] + center_norms[j];
+          row[j] = w * (dist > T(0) ? static_cast<double>(dist) : 0.0);
+          if (cols > k) row[k + j] = row[j];
+        }
+      }
+    });
+    ot::emd_params params;
+    params.mass_tolerance = 0;
+    const ot::emd_result r = ot::emd_sparse(
+        ctx, params, vector_view<const double>(a.data(), rows),
+        vector_view<const double>(b.data(), cols), matrix_view<const double>(cost.data(), rows, cols),
+        vector_view<index_t>(plan_rows.data(), rows + cols), vector_view<index_t>(plan_cols.data(), rows + cols),
+        vector_view<double>(mass.data(), rows + cols), vector_view<double>(u.data(), rows),
+        vector_view<double>(v.data(), cols));
+    MOECOMP_ENSURES(r.ok(), "kmeans: the size-bounded assignment step ended ", to_string(r.status));
+    for (index_t e = 0; e < r.nonzeros; ++e) {
+      const index_t i = plan_rows[static_cast<std::size_t>(e)];
+      if (i < n) labels[i] = plan_cols[static_cast<std::size_t>(e)] % k;
+    }
+    double dual = 0;
+    for (index_t i = 0; i < rows; ++i) dual += a[static_cast<std::size_t>(i)] * u[static_cast<std::size_t>(i)];
+    for (index_t j = 0; j < cols; ++j) dual += b[static_cast<std::size_t>(j)] * v[static_cast<std::size_t>(j)];
+    return std::abs(r.cost - dual) / std::max(1.0, std::abs(r.cost));
+  }
+};
+
 /// One Lloyd run from the centres in `centers` (k x d, contiguous), scikit-learn's _kmeans_single_lloyd:
 /// assign, update (re-seeding empty clusters), stop when no label changed or the squared shift is <= tol;
 /// when it stopped on the shift or the limit, a last assignment makes the labels match the centres.
@@ -291,9 +372,19 @@ kmeans_result lloyd_run(const host_context& ctx, const kmeans_params& params, co
   kmeans_result result;
   result.status = status::iteration_limit;
   bool labels_settled = false;
-  for (index_t it = 0; it < params.max_iterations; ++it) {
+  const bool bounded = has_size_bounds(params);
+  std::optional<size_bounded_assignment<T>> transport;
+  if (bounded) transport.emplace(ctx, data, params.size_min, params.size_max > 0 ? params.size_max : n);
+  auto assign = [&] {
     squared_row_norms(matrix_view<const T>(centers, k, d), center_norms.data());
-    assign_labels(data, threads, centers, center_norms.data(), scratch.data(), labels);
+    if (bounded)
+      result.assignment_gap = std::max(
+          result.assignment_gap, transport->solve(ctx, data, threads, centers, center_norms.data(), scratch.data(), labels));
+    else
+      assign_labels(data, threads, centers, center_norms.data(), scratch.data(), labels);
+  };
+  for (index_t it = 0; it < params.max_iterations; ++it) {
+    assign();
     cluster_sums(data, threads, labels, sums.data(), cluster_weight.data());
     result.reseeded +=
         reseed_empty_clusters(data, centers, labels, sums.data(), cluster_weight.data(), distance.data(), order.data());
@@ -321,10 +412,7 @@ kmeans_result lloyd_run(const host_context& ctx, const kmeans_params& params, co
     }
     std::copy(labels, labels + n, previous.data());
   }
-  if (!labels_settled) {
-    squared_row_norms(matrix_view<const T>(centers, k, d), center_norms.data());
-    assign_labels(data, threads, centers, center_norms.data(), scratch.data(), labels);
-  }
+  if (!labels_settled) assign();
   result.inertia = inertia_of(data, centers, labels);
   return result;
 }
