@@ -1,7 +1,9 @@
 // k-means (Lloyd): a hand-computed run, planted clusters, scikit-learn's stopping rules, empty-cluster
 // re-seeding, k-means++ and random starts, restarts, sample weights, determinism across thread counts, and
-// bad input. The agreement with scikit-learn itself is tests/peers/test_kmeans_sklearn.py.
+// bad input; balanced k-means; the MoEfication split. The agreement with scikit-learn, scipy and POT is
+// tests/peers/test_kmeans_sklearn.py.
 #include <moecomp/cluster/kmeans.hpp>
+#include <moecomp/cluster/moefication.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
 
@@ -346,4 +348,120 @@ TEST_CASE("balanced kmeans: size bounds as k-means-constrained's size_min / size
   p.size_max = 9;
   CHECK(thrown_message([&] { run(host_context(), p, x); }) ==
         "kmeans: params.size_max must be >= params.size_min (10), got 9");
+}
+
+// --------------------------------------------------------------------------- the MoEfication split
+
+namespace {
+
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+/// y = W2 (silu(W1 x + b1) * (W3 x + b3)) (GLU) or W2 silu(W1 x + b1), in double, for one input x.
+template <class T>
+std::vector<double> ffn_output(matrix_view<const T> w1, matrix_view<const T> w3, matrix_view<const T> w2,
+                               vector_view<const T> b1, vector_view<const T> b3, const std::vector<double>& x) {
+  const index_t hidden = w1.rows(), d = w1.cols();
+  std::vector<double> h(static_cast<std::size_t>(hidden)), y(static_cast<std::size_t>(w2.rows()), 0.0);
+  for (index_t i = 0; i < hidden; ++i) {
+    double g = b1.empty() ? 0.0 : static_cast<double>(b1[i]), u = b3.empty() ? 0.0 : static_cast<double>(b3[i]);
+    for (index_t j = 0; j < d; ++j) {
+      g += static_cast<double>(w1(i, j)) * x[static_cast<std::size_t>(j)];
+      if (!w3.empty()) u += static_cast<double>(w3(i, j)) * x[static_cast<std::size_t>(j)];
+    }
+    h[static_cast<std::size_t>(i)] = w3.empty() ? silu(g) : silu(g) * u;
+  }
+  for (index_t o = 0; o < w2.rows(); ++o)
+    for (index_t i = 0; i < hidden; ++i) y[static_cast<std::size_t>(o)] += static_cast<double>(w2(o, i)) * h[static_cast<std::size_t>(i)];
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("moefication_split: equal experts whose summed outputs are the dense FFN's", T, float, double) {
+  const index_t d = 16, d_ff = 96, experts = 6, s = d_ff / experts;
+  moecomp::random_generator rng(71);
+  host_matrix<T> w1(d_ff, d), w3(d_ff, d), w2(d, d_ff);
+  host_vector<T> b1(d_ff), b3(d_ff);
+  rng.fill_normal(w1.view());
+  rng.fill_normal(w3.view());
+  rng.fill_normal(w2.view());
+  for (index_t i = 0; i < d_ff; ++i) {
+    b1[i] = static_cast<T>(rng.normal<double>());
+    b3[i] = static_cast<T>(rng.normal<double>());
+  }
+  for (bool glu : {true, false}) {
+    CAPTURE(glu);
+    host_matrix<T> e1(experts * s, d), e3(glu ? experts * s : 0, d), e2(experts * d, s), eb1(experts, s),
+        eb3(glu ? experts : 0, s), router(experts, d);
+    host_vector<std::int64_t> labels(d_ff);
+    host_vector<index_t> perm(d_ff);
+    const cluster::dense_ffn_view<T> ffn{w1.const_view(), glu ? w3.const_view() : matrix_view<const T>(), w2.const_view(),
+                                         b1.const_view(), glu ? b3.const_view() : vector_view<const T>()};
+    const cluster::expert_stack_outputs<T> out{
+        moecomp::split_rows(e1.view(), experts),
+        glu ? moecomp::split_rows(e3.view(), experts) : moecomp::matrix_stack_view<T>(),
+        moecomp::split_rows(e2.view(), experts),
+        eb1.view(),
+        glu ? eb3.view() : matrix_view<T>(),
+        router.view(),
+        labels.view(),
+        perm.view()};
+    cluster::kmeans_params p;
+    p.clusters = experts;
+    p.restarts = 2;
+    const cluster::kmeans_result r = cluster::moefication_split<T>(host_context(), p, ffn, out);
+    CHECK(r.assignment_gap <= 1e-9);
+    // The permutation visits every neuron once, expert by expert, each in increasing original index.
+    std::vector<index_t> seen(perm.data(), perm.data() + d_ff);
+    std::sort(seen.begin(), seen.end());
+    for (index_t i = 0; i < d_ff; ++i) CHECK(seen[static_cast<std::size_t>(i)] == i);
+    for (index_t e = 0; e < experts; ++e)
+      for (index_t q = 0; q < s; ++q) {
+        CHECK(labels[perm[e * s + q]] == e);
+        if (q > 0) CHECK(perm[e * s + q] > perm[e * s + q - 1]);
+      }
+    // Every expert switched on: the summed expert outputs are the dense output, to rounding.
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<double> x(static_cast<std::size_t>(d));
+      for (auto& v : x) v = rng.normal<double>();
+      const std::vector<double> dense = ffn_output<T>(ffn.w1, ffn.w3, ffn.w2, ffn.b1, ffn.b3, x);
+      std::vector<double> summed(static_cast<std::size_t>(d), 0.0);
+      for (index_t e = 0; e < experts; ++e) {
+        const std::vector<double> y = ffn_output<T>(
+            out.w1[e], glu ? matrix_view<const T>(out.w3[e]) : matrix_view<const T>(), out.w2[e], out.b1.row(e),
+            glu ? vector_view<const T>(out.b3.row(e)) : vector_view<const T>(), x);
+        for (index_t o = 0; o < d; ++o) summed[static_cast<std::size_t>(o)] += y[static_cast<std::size_t>(o)];
+      }
+      for (index_t o = 0; o < d; ++o)
+        CHECK(summed[static_cast<std::size_t>(o)] == doctest::Approx(dense[static_cast<std::size_t>(o)]).epsilon(1e-12));
+    }
+    // The router rows are the experts' centres of normalised gate rows: unit-ish, one per expert.
+    for (index_t e = 0; e < experts; ++e) {
+      double norm = 0;
+      for (index_t j = 0; j < d; ++j) norm += static_cast<double>(router(e, j)) * static_cast<double>(router(e, j));
+      CHECK(norm <= 1.0 + 1e-6);
+      CHECK(norm > 0.0);
+    }
+  }
+}
+
+TEST_CASE("moefication_split: bad input is refused with a message naming the argument") {
+  host_matrix<double> w1(10, 4, 1.0), w2(4, 10, 1.0);
+  host_matrix<double> e1(10, 4), e2(2 * 4, 5), router(2, 4);
+  host_vector<std::int64_t> labels(10);
+  host_vector<index_t> perm(10);
+  cluster::kmeans_params p;
+  p.clusters = 3;
+  const cluster::dense_ffn_view<double> ffn{w1.const_view(), {}, w2.const_view(), {}, {}};
+  const cluster::expert_stack_outputs<double> out{moecomp::split_rows(e1.view(), 2), {}, moecomp::split_rows(e2.view(), 2),
+                                                  {}, {}, router.view(), labels.view(), perm.view()};
+  CHECK(thrown_message([&] { cluster::moefication_split<double>(host_context(), p, ffn, out); }) ==
+        "moefication_split: the neurons (rows of w1, 10) must be a multiple of params.clusters (3)");
+  p.clusters = 2;
+  w1(7, 0) = w1(7, 1) = w1(7, 2) = w1(7, 3) = 0.0;
+  CHECK(thrown_message([&] { cluster::moefication_split<double>(host_context(), p, ffn, out); }) ==
+        "moefication_split: w1 row 7 is zero: a neuron without a direction cannot be clustered");
+  w1(7, 0) = std::nan("");
+  CHECK(thrown_message([&] { cluster::moefication_split<double>(host_context(), p, ffn, out); }) ==
+        "moefication_split: w1 must be finite, got nan at (7, 0)");
 }

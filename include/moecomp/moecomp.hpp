@@ -19,6 +19,7 @@
 #include <moecomp/cluster/fcluster.hpp>
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/kmeans.hpp>
+#include <moecomp/cluster/moefication.hpp>
 #include <moecomp/cluster/linkage.hpp>
 #include <moecomp/ot/auction_assignment.hpp>
 #include <moecomp/ot/emd.hpp>
