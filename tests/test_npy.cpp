@@ -920,3 +920,19 @@ sys.exit(1 if bad else 0)
   if (skip_without_numpy(code, log)) return;
   CHECK_MESSAGE(code == 0, log);
 }
+
+TEST_CASE("npy: a stack of matrices is written as a 3-D array in C order, padding skipped") {
+  // Two 2 x 3 matrices, rows padded to 4, matrices 10 apart: the file holds the 12 values in (e, i, j) order.
+  std::vector<float> storage(20);
+  for (std::size_t k = 0; k < storage.size(); ++k) storage[k] = static_cast<float>(k);
+  const auto stack = moecomp::make_matrix_stack_view(storage.data(), 2, 2, 3, 4, 10);
+  const temp_dir dir("stack");
+  const std::string path = dir.file("stack.npy");
+  moecomp::io::write_npy(path, stack.as_const());
+  const moecomp::io::npy_array back = moecomp::io::read_npy(path);
+  CHECK(back.shape() == std::vector<index_t>{2, 2, 3});
+  REQUIRE(back.dtype() == moecomp::io::npy_dtype::float32);
+  const auto* values = static_cast<const float*>(back.data());
+  const float want[] = {0, 1, 2, 4, 5, 6, 10, 11, 12, 14, 15, 16};
+  for (index_t k = 0; k < 12; ++k) CHECK(values[k] == want[k]);
+}

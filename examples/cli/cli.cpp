@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -470,8 +471,12 @@ void temporary_released(const char* path, void*) {
 }
 
 extern "C" void remove_temporaries_and_reraise(int signal_number) {
+  // Files first, then the (by then empty) temporary directories: unlink fails on a directory, rmdir on a
+  // file, and both are async-signal-safe.
   for (int k = 0; k < temporary_slots; ++k)
-    if (temporary_in_use[k]) ::unlink(temporary_names[k]);  // async-signal-safe
+    if (temporary_in_use[k]) ::unlink(temporary_names[k]);
+  for (int k = 0; k < temporary_slots; ++k)
+    if (temporary_in_use[k]) ::rmdir(temporary_names[k]);
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
@@ -519,7 +524,31 @@ output_files::output_files(const command_spec& spec, const arguments& args) {
   for (const auto& o : common_options())
     if (o.output) outputs.push_back(&o);
   std::vector<std::pair<std::string, std::vector<std::string>>> by_file;  // canonical path, options
+  if (spec.output_directory) {
+    if (const auto given = args.value("-o")) {
+      const std::string& path = *given;
+      if (path.empty()) throw usage_error("option -o: expected a directory name, got ''");
+      std::error_code ec;
+      const fs::file_status status = fs::status(path, ec);
+      if (fs::exists(status) && !fs::is_directory(status))
+        throw usage_error("option -o: '" + path + "' is " + moecomp::io::file_kind_text(status.type()) +
+                          ", not a directory; " + spec.name + " writes a directory of .npy files");
+      fs::path parent = fs::path(path).lexically_normal().parent_path();
+      if (parent.empty()) parent = ".";
+      if (!fs::is_directory(fs::status(parent, ec)))
+        throw usage_error("option -o: cannot write '" + path + "': directory '" + parent.string() +
+                          "' does not exist");
+#if defined(__unix__) || defined(__APPLE__)
+      if (::access(parent.c_str(), W_OK | X_OK) != 0)
+        throw usage_error("option -o: cannot write '" + path + "': directory '" + parent.string() +
+                          "' is not writable");
+#endif
+      directory_target_ = fs::path(path).lexically_normal().string();
+      if (!directory_target_.empty() && directory_target_.back() == '/') directory_target_.pop_back();
+    }
+  }
   for (const option_spec* o : outputs) {
+    if (spec.output_directory && o->name == "-o") continue;
     const auto given = args.value(o->name);
     if (!given) continue;
     const std::string& path = *given;
@@ -586,10 +615,75 @@ void output_files::require_space(const std::string& option, double bytes) const 
                     "system has " + gigabytes(static_cast<double>(space.available)) + " free");
 }
 
+namespace {
+/// 16 hex digits that no other run is likely to pick: the clock mixed with an address.
+std::string unique_suffix(std::uint64_t salt) {
+  std::uint64_t z = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^ (salt << 16);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  std::string hex = moecomp::detail::hex_text(z ^ (z >> 31));
+  return std::string(16 - hex.size(), '0') + hex;
+}
+}  // namespace
+
+void output_files::create_temporary_directory() {
+  namespace fs = std::filesystem;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string candidate =
+        directory_target_ + moecomp::io::temporary_file_marker +
+        unique_suffix(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(this)) + static_cast<std::uint64_t>(attempt));
+    temporary_creating(candidate.c_str(), nullptr);
+    std::error_code ec;
+    if (fs::create_directory(candidate, ec)) {
+      directory_temporary_ = candidate;
+      return;
+    }
+    temporary_released(candidate.c_str(), nullptr);
+    if (ec)
+      throw moecomp::io_error("cannot create the temporary directory '" + candidate + "' for -o '" +
+                              directory_target_ + "': " + ec.message());
+  }
+  throw moecomp::io_error("cannot create a temporary directory beside '" + directory_target_ + "'");
+}
+
+void output_files::discard_temporary_directory() noexcept {
+  if (directory_temporary_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(directory_temporary_, ignored);
+  temporary_released(directory_temporary_.c_str(), nullptr);
+  directory_temporary_.clear();
+}
+
+output_files::~output_files() {
+  staged_.clear();  // each uncommitted file removes its temporary
+  discard_temporary_directory();
+}
+
 void output_files::commit() {
+  namespace fs = std::filesystem;
   for (auto& file : staged_)
     if (!file.committed()) file.commit();
   staged_.clear();
+  if (directory_temporary_.empty()) return;
+  // An existing target directory is moved aside, the new one renamed in, the old one removed.
+  std::error_code ec;
+  std::string old;
+  if (fs::exists(directory_target_, ec)) {
+    old = directory_target_ + ".moecomp-old-" + unique_suffix(reinterpret_cast<std::uintptr_t>(this));
+    fs::rename(directory_target_, old, ec);
+    if (ec)
+      throw moecomp::io_error("cannot replace the directory '" + directory_target_ + "': " + ec.message());
+  }
+  fs::rename(directory_temporary_, directory_target_, ec);
+  if (ec) {
+    std::error_code restore;
+    if (!old.empty()) fs::rename(old, directory_target_, restore);
+    throw moecomp::io_error("cannot rename '" + directory_temporary_ + "' to '" + directory_target_ +
+                            "': " + ec.message());
+  }
+  temporary_released(directory_temporary_.c_str(), nullptr);
+  directory_temporary_.clear();
+  if (!old.empty()) fs::remove_all(old, ec);
 }
 
 // ---------------------------------------------------------------------------------------------- outcomes

@@ -35,6 +35,8 @@ struct command_spec {
   std::string usage;  // e.g. "pdist X.npy [--metric M] [-o OUT.npy] [--json]"
   std::size_t min_positional, max_positional;
   std::vector<option_spec> options;  // the common ones (-o, --json, --dtype, --threads) are added for all
+  /// -o names a directory that the command writes whole (output_files::stage_in_directory), not a file.
+  bool output_directory = false;
 };
 
 /// Parsed command line of one command.
@@ -138,12 +140,24 @@ class output_files {
   /// Fails with a usage_error (exit 2) before any work when the file system of `option`'s target has less
   /// than `bytes` free (nothing if the option was not given).
   void require_space(const std::string& option, double bytes) const;
-  /// Renames every staged file over its target.
+  /// For a command whose -o is a directory (command_spec::output_directory): writes `view` as `name`.npy
+  /// into a temporary directory `<target>.moecomp-tmp-<hex>` beside the target (created at the first call;
+  /// nothing if -o was not given). commit() renames it into place (an existing target directory is replaced
+  /// whole); a run that fails before leaves no partial directory.
+  template <class View>
+  void stage_in_directory(const std::string& name, View view);
+  /// Renames every staged file over its target, then the staged directory over its target.
   void commit();
+  output_files(const output_files&) = delete;
+  output_files& operator=(const output_files&) = delete;
+  ~output_files();
 
  private:
   std::vector<std::pair<std::string, std::string>> requested_;  // option, path
   std::vector<moecomp::io::staged_file> staged_;
+  std::string directory_target_, directory_temporary_;
+  void create_temporary_directory();
+  void discard_temporary_directory() noexcept;
 };
 
 /// The hooks that let install_signal_handlers' handler remove the temporaries being written.
@@ -161,6 +175,15 @@ void output_files::stage(const std::string& option, View view, std::optional<moe
   options.hooks = temporary_file_hooks();
   options.dtype = dtype;
   staged_.push_back(moecomp::io::stage_npy(*target, view, options));
+}
+
+template <class View>
+void output_files::stage_in_directory(const std::string& name, View view) {
+  if (directory_target_.empty()) return;
+  if (directory_temporary_.empty()) create_temporary_directory();
+  moecomp::io::write_options options;
+  options.hooks = temporary_file_hooks();
+  staged_.push_back(moecomp::io::stage_npy(directory_temporary_ + "/" + name + ".npy", view, options));
 }
 
 /// The one rule for numerical outcomes (docs/cli.md, "Numerical outcomes"), ending every command:

@@ -649,6 +649,18 @@ staged_file stage_npy_matrix(const std::string& path, matrix_view<U, host_memory
   });
 }
 
+/// A count x rows x cols stack (any strides), staged as above: a 3-D array in C order (the layout numpy and
+/// torch give an E x rows x cols stack of experts).
+template <class U>
+staged_file stage_npy_stack(const std::string& path, matrix_stack_view<U, host_memory> s,
+                            const write_options& options = {}) {
+  using T = std::remove_const_t<U>;
+  const matrix_stack_view<const T> values = s;
+  return detail::stage_elements<T>(path, {s.count(), s.rows(), s.cols()}, options, [&](auto& sink, auto stored) {
+    for (index_t e = 0; e < values.count(); ++e) detail::write_npy_rows<decltype(stored)>(sink, values[e]);
+  });
+}
+
 /// A 1-D array (any stride), staged as above.
 template <class U>
 staged_file stage_npy_vector(const std::string& path, vector_view<U, host_memory> v,
@@ -660,7 +672,7 @@ staged_file stage_npy_vector(const std::string& path, vector_view<U, host_memory
   });
 }
 
-/// stage_npy(path, ...) forwards to the three functions above by argument type.
+/// stage_npy(path, ...) forwards to the functions above by argument type.
 template <class U>
 staged_file stage_npy(const std::string& path, matrix_view<U, host_memory> m, const write_options& options = {}) {
   return stage_npy_matrix(path, m, options);
@@ -668,6 +680,10 @@ staged_file stage_npy(const std::string& path, matrix_view<U, host_memory> m, co
 template <class U>
 staged_file stage_npy(const std::string& path, vector_view<U, host_memory> v, const write_options& options = {}) {
   return stage_npy_vector(path, v, options);
+}
+template <class U>
+staged_file stage_npy(const std::string& path, matrix_stack_view<U, host_memory> s, const write_options& options = {}) {
+  return stage_npy_stack(path, s, options);
 }
 inline staged_file stage_npy(const std::string& path, const npy_array& array, const write_options& options = {}) {
   return stage_npy_bytes(path, array.dtype(), array.shape(), array.data(), options);
@@ -692,6 +708,11 @@ void write_npy(const std::string& path, matrix_view<U, host_memory> m, const wri
 template <class U>
 void write_npy(const std::string& path, vector_view<U, host_memory> v, const write_options& options = {}) {
   stage_npy_vector(path, v, options).commit();
+}
+/// Writes a count x rows x cols stack (any strides) as a 3-D array atomically, as above.
+template <class U>
+void write_npy(const std::string& path, matrix_stack_view<U, host_memory> s, const write_options& options = {}) {
+  stage_npy_stack(path, s, options).commit();
 }
 
 }  // namespace io
