@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -31,15 +32,23 @@ std::string slurp(const std::string& path) {
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
 
-/// A scratch directory per test process.
-const std::string& scratch() {
-  static const std::string dir = [] {
+/// A scratch directory per test process, removed with everything in it when the process ends.
+struct scratch_directory {
+  std::string path;
+  scratch_directory() {
     char templ[] = "/tmp/moecomp-cli-test-XXXXXX";
     const char* made = mkdtemp(templ);
     REQUIRE(made != nullptr);
-    return std::string(made);
-  }();
-  return dir;
+    path = made;
+  }
+  ~scratch_directory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+const std::string& scratch() {
+  static const scratch_directory dir;
+  return dir.path;
 }
 
 std::string path(const std::string& name) { return scratch() + "/" + name; }
