@@ -4,6 +4,7 @@
 // tests/peers/test_kmeans_sklearn.py.
 #include <moecomp/cluster/kmeans.hpp>
 #include <moecomp/cluster/moefication.hpp>
+#include <moecomp/cluster/detail/kmeans_rules.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
 
@@ -166,6 +167,36 @@ TEST_CASE("kmeans: restarts keep the lowest inertia, and run r is reproducible f
   // Same seed, same answer.
   const fit<double> again = run(host_context(), p, x);
   CHECK(again.centers.storage() == best.centers.storage());
+}
+
+TEST_CASE("kmeans rules (shared with the device): the argmin's winner does not depend on the reduction order") {
+  // The device reduces each row's scores in a warp tree; the host loops over j. Both use
+  // lowest_score_then_index, which must pick the lowest index among tied minima in any order.
+  namespace rules = moecomp::cluster::detail;
+  using scored = rules::scored_index<float>;
+  const std::vector<float> scores = {3.f, 1.f, 2.f, 1.f, 5.f, 1.f, 4.f, 2.f};
+  const rules::lowest_score_then_index op;
+  scored loop = {scores[0], 0};
+  for (index_t j = 1; j < static_cast<index_t>(scores.size()); ++j) loop = op(loop, scored{scores[j], j});
+  CHECK(loop.index == 1);
+  CHECK(loop.score == 1.f);
+  // A pairwise tree (as a warp shuffle reduces) and the reversed order give the same winner.
+  std::vector<scored> level;
+  for (index_t j = 0; j < static_cast<index_t>(scores.size()); ++j) level.push_back({scores[j], j});
+  while (level.size() > 1) {
+    std::vector<scored> next;
+    for (std::size_t e = 0; e < level.size(); e += 2) next.push_back(op(level[e + 1], level[e]));
+    level = next;
+  }
+  CHECK(level[0].index == 1);
+  scored reversed = {scores.back(), static_cast<index_t>(scores.size()) - 1};
+  for (index_t j = static_cast<index_t>(scores.size()) - 2; j >= 0; --j) reversed = op(reversed, scored{scores[j], j});
+  CHECK(reversed.index == 1);
+  // The GEMM-form distance clamps cancellation at 0, and a zero-weight cluster's centre stays at its sum 0.
+  CHECK(rules::gemm_form_distance(-2.f * 4.f, 4.f, 3.9999f) == 0.0);
+  CHECK(rules::gemm_form_distance(-2.0 * 1.0, 4.0, 1.0) == 3.0);
+  CHECK(rules::centre_coordinate<float>(0.0, 0.0) == 0.f);
+  CHECK(rules::centre_coordinate<double>(6.0, 3.0) == 2.0);
 }
 
 TEST_CASE("kmeans: an empty cluster takes the row farthest from its centre") {

@@ -16,6 +16,7 @@
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/cluster/detail/kmeans_checks.hpp>
 #include <moecomp/cluster/detail/kmeans_host.hpp>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/traits.hpp>
@@ -35,33 +36,8 @@ kmeans_result kmeans(const host_context& ctx, const kmeans_params& params,
   static_assert(moecomp::detail::is_real_v<T>, "kmeans: T must be float or double");
   constexpr const char* fn = "kmeans";
   const index_t n = x.rows(), d = x.cols(), k = params.clusters;
-  MOECOMP_EXPECTS(k >= 1, fn, ": params.clusters must be >= 1, got ", k);
-  MOECOMP_EXPECTS(params.restarts >= 1, fn, ": params.restarts must be >= 1, got ", params.restarts);
-  MOECOMP_EXPECTS(params.init != kmeans_init::given || params.restarts == 1, fn,
-                  ": params.restarts must be 1 with init given (one start), got ", params.restarts);
-  MOECOMP_EXPECTS(params.max_iterations >= 1, fn, ": params.max_iterations must be >= 1, got ", params.max_iterations);
-  MOECOMP_EXPECTS(std::isfinite(params.tolerance) && params.tolerance >= 0, fn,
-                  ": params.tolerance must be finite and >= 0, got ", params.tolerance);
-  MOECOMP_EXPECTS(params.local_trials >= 0, fn, ": params.local_trials must be >= 0 (0: 2 + floor(ln k)), got ",
-                  params.local_trials);
-  MOECOMP_EXPECTS(d >= 1, fn, ": x must have at least one column, got ", moecomp::detail::shape_string(n, d));
-  MOECOMP_EXPECTS(n >= k, fn, ": x must have at least params.clusters = ", k, " rows, got ", n);
-  MOECOMP_EXPECTS(params.size_min >= 0 && params.size_max >= 0, fn,
-                  ": params.size_min and params.size_max must be >= 0, got ", params.size_min, " and ", params.size_max);
-  MOECOMP_EXPECTS(params.size_max == 0 || params.size_max >= params.size_min, fn,
-                  ": params.size_max must be >= params.size_min (", params.size_min, "), got ", params.size_max);
-  MOECOMP_EXPECTS(params.size_min <= n / k, fn, ": params.size_min x params.clusters must be <= the rows of x (", n,
-                  "), got ", params.size_min, " x ", k);
-  MOECOMP_EXPECTS(params.size_max == 0 || params.size_max >= (n + k - 1) / k, fn,
-                  ": params.size_max x params.clusters must be >= the rows of x (", n, "), got ", params.size_max, " x ",
-                  k);
-  MOECOMP_EXPECTS(centers.rows() == k && centers.cols() == d, fn, ": centers must be ",
-                  moecomp::detail::shape_string(k, d), " (params.clusters x the columns of x), got ",
-                  moecomp::detail::shape_string(centers.rows(), centers.cols()));
-  MOECOMP_EXPECTS(labels.size() == n, fn, ": labels must have ", n, " entries (the rows of x), got ", labels.size());
-  MOECOMP_EXPECTS(sizes.size() == k, fn, ": sizes must have ", k, " entries (params.clusters), got ", sizes.size());
-  MOECOMP_EXPECTS(sample_weight.empty() || sample_weight.size() == n, fn,
-                  ": sample_weight must be empty (unit weights) or have ", n, " entries, got ", sample_weight.size());
+  detail::check_kmeans_params(fn, params, n, d);
+  detail::check_kmeans_shapes(fn, params, n, d, centers, labels, sizes, sample_weight.size());
   moecomp::detail::check_no_overlap(fn, "centers", centers, "x", x);
   moecomp::detail::check_finite(fn, "x", x, ctx.threads());
   if (params.init == kmeans_init::given)

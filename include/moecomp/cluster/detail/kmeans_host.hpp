@@ -5,10 +5,11 @@
 // row's argmin is independent of the others, and every sum runs in index order in double.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/kmeans_types.hpp>
+#include <moecomp/cluster/detail/kmeans_rules.hpp>
+#include <moecomp/cluster/detail/kmeans_transport.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/random.hpp>
 #include <moecomp/core/views.hpp>
-#include <moecomp/ot/emd.hpp>
 #include <moecomp/core/detail/gemm.hpp>
 
 #include <algorithm>
@@ -85,11 +86,11 @@ void assign_labels(const kmeans_data<T>& data, int threads, const T* centers, co
     moecomp::detail::gemm_abt<T>(T(-2), data.x.row_ptr(first), data.x.row_stride(), centers, d, rows, k, d, tile, k);
     for (index_t r = 0; r < rows; ++r) {
       const T* dist = tile + r * k;
-      T best = dist[0] + center_norms[0];
-      std::int64_t label = 0;
+      T best = assignment_score(dist[0], center_norms[0]);
+      index_t label = 0;
       for (index_t j = 1; j < k; ++j) {
-        const T v = dist[j] + center_norms[j];
-        if (v < best) {
+        const T v = assignment_score(dist[j], center_norms[j]);
+        if (beats(v, j, best, label)) {
           best = v;
           label = j;
         }
@@ -220,8 +221,7 @@ void distances_to_points(const kmeans_data<T>& data, int threads, const T* point
                                  count);
     for (index_t r = 0; r < rows; ++r)
       for (index_t t = 0; t < count; ++t) {
-        const T v = tile[r * count + t] + x_norms[first + r] + point_norms[t];
-        out[t * n + first + r] = v > T(0) ? static_cast<double>(v) : 0.0;
+        out[t * n + first + r] = gemm_form_distance(tile[r * count + t], x_norms[first + r], point_norms[t]);
       }
   });
 }
@@ -276,82 +276,35 @@ void kmeans_plus_plus_init(const kmeans_data<T>& data, int threads, index_t tria
   }
 }
 
-/// The exact transportation problem behind an assignment step with size bounds, and its scratch. Rows are
-/// the points (supply 1 each), columns the clusters: with equal bounds (size_min = size_max = s) k columns
-/// of demand s; otherwise k columns of demand size_min plus k of demand size_max - size_min, and one more
-/// row, a dummy source of the k size_max - n units of capacity left unused, which may serve only the second
-/// k columns (at cost 0; +inf elsewhere). The cost of point i in cluster j is w_i ||x_i - c_j||^2 (the GEMM
-/// form in T, clamped at 0, then in double). Integer supplies and demands make the optimal basic plan
-/// integral, so each point's unit goes to exactly one cluster.
+/// The host's assignment step with size bounds: the costs w_i ||x_i - c_j||^2 from one GEMM per row tile
+/// (the GEMM form in T, clamped at 0, then in double), then the exact transportation problem
+/// (kmeans_transport.hpp).
 template <class T>
 struct size_bounded_assignment {
-  index_t n, k, size_min, size_max, rows, cols;
-  host_workspace<double> cost, a, b, u, v, mass;
-  host_workspace<index_t> plan_rows, plan_cols;
+  size_bounded_transport transport;
   host_workspace<T> x_norms;
 
   size_bounded_assignment(const host_context& ctx, const kmeans_data<T>& data, index_t lo, index_t hi)
-      : n(data.n),
-        k(data.k),
-        size_min(lo),
-        size_max(hi),
-        rows(lo == hi ? data.n : data.n + 1),
-        cols(lo == hi ? data.k : 2 * data.k),
-        cost(ctx, static_cast<std::size_t>(rows * cols)),
-        a(ctx, static_cast<std::size_t>(rows)),
-        b(ctx, static_cast<std::size_t>(cols)),
-        u(ctx, static_cast<std::size_t>(rows)),
-        v(ctx, static_cast<std::size_t>(cols)),
-        mass(ctx, static_cast<std::size_t>(rows + cols)),
-        plan_rows(ctx, static_cast<std::size_t>(rows + cols)),
-        plan_cols(ctx, static_cast<std::size_t>(rows + cols)),
-        x_norms(ctx, static_cast<std::size_t>(data.n)) {
+      : transport(ctx, data.n, data.k, lo, hi), x_norms(ctx, static_cast<std::size_t>(data.n)) {
     squared_row_norms(data.x, x_norms.data());
-    for (index_t i = 0; i < n; ++i) a[static_cast<std::size_t>(i)] = 1.0;
-    for (index_t j = 0; j < k; ++j) b[static_cast<std::size_t>(j)] = static_cast<double>(size_min);
-    if (rows > n) {
-      a[static_cast<std::size_t>(n)] = static_cast<double>(k * size_max - n);
-      for (index_t j = 0; j < k; ++j) b[static_cast<std::size_t>(k + j)] = static_cast<double>(size_max - size_min);
-      for (index_t j = 0; j < cols; ++j)
-        cost[static_cast<std::size_t>(n * cols + j)] = j < k ? std::numeric_limits<double>::infinity() : 0.0;
-    }
   }
 
   /// Solves the assignment step for `centers`; writes labels and returns the relative duality gap.
   double solve(const host_context& ctx, const kmeans_data<T>& data, int threads, const T* centers,
                const T* center_norms, T* scratch, std::int64_t* labels) {
-    const index_t d = data.d;
-    for_each_row_tile(n, threads, [&](index_t first, index_t count, int thread) {
+    const index_t d = data.d, k = data.k;
+    for_each_row_tile(data.n, threads, [&](index_t first, index_t count, int thread) {
       T* tile = scratch + static_cast<std::size_t>(thread) * static_cast<std::size_t>(kmeans_tile_rows * k);
       moecomp::detail::gemm_abt<T>(T(-2), data.x.row_ptr(first), data.x.row_stride(), centers, d, count, k, d, tile, k);
       for (index_t r = 0; r < count; ++r) {
         const index_t i = first + r;
-        double* row = cost.data() + i * cols;
+        double* row = transport.cost_row(i);
         const double w = data.weight(i);
-        for (index_t j = 0; j < k; ++j) {
-          const T dist = tile[r * k + j] + x_norms[static_cast<std::size_t>(i)] + center_norms[j];
-          row[j] = w * (dist > T(0) ? static_cast<double>(dist) : 0.0);
-          if (cols > k) row[k + j] = row[j];
-        }
+        for (index_t j = 0; j < k; ++j)
+          row[j] = w * gemm_form_distance(tile[r * k + j], x_norms[static_cast<std::size_t>(i)], center_norms[j]);
       }
     });
-    ot::emd_params params;
-    params.mass_tolerance = 0;
-    const ot::emd_result r = ot::emd_sparse(
-        ctx, params, vector_view<const double>(a.data(), rows),
-        vector_view<const double>(b.data(), cols), matrix_view<const double>(cost.data(), rows, cols),
-        vector_view<index_t>(plan_rows.data(), rows + cols), vector_view<index_t>(plan_cols.data(), rows + cols),
-        vector_view<double>(mass.data(), rows + cols), vector_view<double>(u.data(), rows),
-        vector_view<double>(v.data(), cols));
-    MOECOMP_ENSURES(r.ok(), "kmeans: the size-bounded assignment step ended ", to_string(r.status));
-    for (index_t e = 0; e < r.nonzeros; ++e) {
-      const index_t i = plan_rows[static_cast<std::size_t>(e)];
-      if (i < n) labels[i] = plan_cols[static_cast<std::size_t>(e)] % k;
-    }
-    double dual = 0;
-    for (index_t i = 0; i < rows; ++i) dual += a[static_cast<std::size_t>(i)] * u[static_cast<std::size_t>(i)];
-    for (index_t j = 0; j < cols; ++j) dual += b[static_cast<std::size_t>(j)] * v[static_cast<std::size_t>(j)];
-    return std::abs(r.cost - dual) / std::max(1.0, std::abs(r.cost));
+    return transport.solve(ctx, labels);
   }
 };
 
@@ -391,9 +344,8 @@ kmeans_result lloyd_run(const host_context& ctx, const kmeans_params& params, co
     double shift = 0;
     for (index_t j = 0; j < k; ++j) {
       const double w = cluster_weight[static_cast<std::size_t>(j)];
-      const double scale = w > 0 ? 1.0 / w : 0.0;  // scikit-learn leaves a zero-weight cluster's sum (0)
       for (index_t c = 0; c < d; ++c) {
-        const T updated = static_cast<T>(sums[static_cast<std::size_t>(j * d + c)] * scale);
+        const T updated = centre_coordinate<T>(sums[static_cast<std::size_t>(j * d + c)], w);
         const double move = static_cast<double>(updated) - static_cast<double>(centers[j * d + c]);
         shift += move * move;
         centers[j * d + c] = updated;
