@@ -1,5 +1,6 @@
 #include "host_reference.hpp"
 
+#include <moecomp/cluster/kmeans.hpp>
 #include <moecomp/cluster/linkage.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
 #include <moecomp/ot/free_support_barycenter.hpp>
@@ -87,5 +88,25 @@ moecomp::ot::free_support_barycenter_result host_free_support_barycenter(
 
 MOECOMP_TEST_INSTANTIATE_OT(float)
 MOECOMP_TEST_INSTANTIATE_OT(double)
+
+template <class T>
+moecomp::cluster::kmeans_result host_kmeans(const moecomp::cluster::kmeans_params& params,
+                                            moecomp::matrix_view<const T> x, moecomp::vector_view<const T> weights,
+                                            moecomp::matrix_view<T> centers,
+                                            moecomp::vector_view<std::int64_t> labels,
+                                            moecomp::vector_view<moecomp::index_t> sizes) {
+  return moecomp::cluster::kmeans<T>(moecomp::host_context(1), params, x, weights, centers, labels, sizes);
+}
+template moecomp::cluster::kmeans_result host_kmeans<float>(const moecomp::cluster::kmeans_params&,
+                                                            moecomp::matrix_view<const float>,
+                                                            moecomp::vector_view<const float>, moecomp::matrix_view<float>,
+                                                            moecomp::vector_view<std::int64_t>,
+                                                            moecomp::vector_view<moecomp::index_t>);
+template moecomp::cluster::kmeans_result host_kmeans<double>(const moecomp::cluster::kmeans_params&,
+                                                             moecomp::matrix_view<const double>,
+                                                             moecomp::vector_view<const double>,
+                                                             moecomp::matrix_view<double>,
+                                                             moecomp::vector_view<std::int64_t>,
+                                                             moecomp::vector_view<moecomp::index_t>);
 
 }  // namespace moecomp_test

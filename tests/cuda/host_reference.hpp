@@ -3,6 +3,9 @@
 // device tests to compare against. The .cu files never include the host algorithms (they pull in
 // Eigen, which nvcc compiles only with warnings; see <moecomp/cuda/moecomp.cuh>).
 #include <moecomp/core/views.hpp>
+
+#include <cstdint>
+#include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/distance/distance_types.hpp>
 #include <moecomp/ot/free_support_barycenter_types.hpp>
@@ -44,5 +47,13 @@ moecomp::ot::free_support_barycenter_result host_free_support_barycenter(
     const moecomp::ot::free_support_barycenter_params& params, moecomp::matrix_view<const T> measures,
     moecomp::index_t k, moecomp::vector_view<const double> weights, moecomp::matrix_view<const T> init,
     moecomp::matrix_view<T> barycenter, moecomp::matrix_view<moecomp::index_t> permutations);
+
+/// The host's k-means (one thread).
+template <class T>
+moecomp::cluster::kmeans_result host_kmeans(const moecomp::cluster::kmeans_params& params,
+                                            moecomp::matrix_view<const T> x, moecomp::vector_view<const T> weights,
+                                            moecomp::matrix_view<T> centers,
+                                            moecomp::vector_view<std::int64_t> labels,
+                                            moecomp::vector_view<moecomp::index_t> sizes);
 
 }  // namespace moecomp_test

@@ -18,6 +18,7 @@
 #include <moecomp/core/random.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/distance/distance_types.hpp>
 #include <moecomp/ot/free_support_barycenter_types.hpp>
 #include <moecomp/ot/linear_assignment_types.hpp>
@@ -29,6 +30,7 @@
 #include <moecomp/cuda/core/kernel.cuh>
 
 #include <moecomp/cuda/distance/pairwise_distance.cuh>
+#include <moecomp/cuda/cluster/kmeans.cuh>
 #include <moecomp/cuda/cluster/linkage.cuh>
 #include <moecomp/cuda/ot/auction_assignment.cuh>
 #include <moecomp/cuda/ot/free_support_barycenter.cuh>
