@@ -27,3 +27,4 @@
 #include <moecomp/ot/free_support_barycenter.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
 #include <moecomp/ot/sinkhorn.hpp>
+#include <moecomp/similarity/cka.hpp>
