@@ -225,6 +225,35 @@ template moecomp::host_matrix<float> load_float_matrix<float>(const std::string&
 template moecomp::host_matrix<double> load_float_matrix<double>(const std::string&, const moecomp::io::npy_array&,
                                                                 bool);
 
+template <class T>
+loaded_stack<T> load_float_stack(const std::string& path, const moecomp::io::npy_array& array, bool require_finite,
+                                 const std::string& what) {
+  if (array.dtype() != moecomp::io::npy_dtype::float32 && array.dtype() != moecomp::io::npy_dtype::float64)
+    throw usage_error(path + ": dtype " + moecomp::io::to_string(array.dtype()) +
+                      " is not accepted here, expected float32 or float64");
+  if (array.ndim() != 3)
+    throw usage_error(path + ": expected a 3-D array (" + what + "), got shape " + shape_text(array.shape()));
+  loaded_stack<T> stack;
+  stack.count = array.shape()[0];
+  stack.rows = array.shape()[1];
+  stack.cols = array.shape()[2];
+  stack.values = array.to_flat_vector<T>();
+  if (require_finite)
+    for (moecomp::index_t q = 0; q < stack.values.size(); ++q)
+      if (!std::isfinite(stack.values[q])) {
+        const moecomp::index_t plane = stack.rows * stack.cols;
+        std::ostringstream msg;
+        msg << path << ": element (" << q / plane << ", " << (q % plane) / stack.cols << ", " << q % stack.cols
+            << ") is " << stack.values[q] << "; finite values are required";
+        throw usage_error(msg.str());
+      }
+  return stack;
+}
+template loaded_stack<float> load_float_stack<float>(const std::string&, const moecomp::io::npy_array&, bool,
+                                                     const std::string&);
+template loaded_stack<double> load_float_stack<double>(const std::string&, const moecomp::io::npy_array&, bool,
+                                                       const std::string&);
+
 namespace {
 
 // The tool's workspace allocator. Large workspaces (a float copy of a kernel, say) are touched once per run

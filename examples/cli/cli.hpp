@@ -79,6 +79,22 @@ template <class T>
 moecomp::host_matrix<T> load_float_matrix(const std::string& path, const moecomp::io::npy_array& array,
                                           bool require_finite);
 
+/// A 3-D float array (count x rows x cols, e.g. E experts' outputs or weights) loaded as one stack.
+template <class T>
+struct loaded_stack {
+  moecomp::host_vector<T> values;
+  moecomp::index_t count = 0, rows = 0, cols = 0;
+  moecomp::matrix_stack_view<const T> view() const {
+    return moecomp::make_matrix_stack_view(values.data(), count, rows, cols);
+  }
+};
+
+/// Loads a 3-D float array, failing with usage_error naming the file for anything else (wrong ndim, integer
+/// dtype, non-finite values when `require_finite`); `what` says what the axes are ("E x n x d").
+template <class T>
+loaded_stack<T> load_float_stack(const std::string& path, const moecomp::io::npy_array& array, bool require_finite,
+                                 const std::string& what);
+
 /// Host context from --threads: 0 (default) or any larger count means every CPU this process may run on;
 /// counts beyond that are capped there, since more threads than CPUs only add overhead.
 moecomp::host_context make_context(const arguments& args);
