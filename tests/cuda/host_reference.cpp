@@ -6,6 +6,7 @@
 #include <moecomp/ot/free_support_barycenter.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
 #include <moecomp/ot/sinkhorn.hpp>
+#include <moecomp/similarity/cka.hpp>
 
 namespace moecomp_test {
 
@@ -108,5 +109,24 @@ template moecomp::cluster::kmeans_result host_kmeans<double>(const moecomp::clus
                                                              moecomp::matrix_view<double>,
                                                              moecomp::vector_view<std::int64_t>,
                                                              moecomp::vector_view<moecomp::index_t>);
+
+template <class T>
+moecomp::similarity::cka_result host_cka(const moecomp::similarity::cka_params& params,
+                                         moecomp::matrix_view<const T> x, moecomp::matrix_view<const T> y) {
+  return moecomp::similarity::cka<T>(moecomp::host_context(1), params, x, y);
+}
+template <class T>
+moecomp::similarity::cka_matrix_result host_cka_matrix(const moecomp::similarity::cka_params& params,
+                                                       moecomp::matrix_stack_view<const T> features,
+                                                       moecomp::matrix_view<double> out) {
+  return moecomp::similarity::cka_matrix<T>(moecomp::host_context(1), params, features, out);
+}
+#define MOECOMP_TEST_INSTANTIATE_CKA(T)                                                                          \
+  template moecomp::similarity::cka_result host_cka<T>(const moecomp::similarity::cka_params&,                 \
+                                                       moecomp::matrix_view<const T>, moecomp::matrix_view<const T>); \
+  template moecomp::similarity::cka_matrix_result host_cka_matrix<T>(                                          \
+      const moecomp::similarity::cka_params&, moecomp::matrix_stack_view<const T>, moecomp::matrix_view<double>);
+MOECOMP_TEST_INSTANTIATE_CKA(float)
+MOECOMP_TEST_INSTANTIATE_CKA(double)
 
 }  // namespace moecomp_test

@@ -11,6 +11,7 @@
 #include <moecomp/ot/free_support_barycenter_types.hpp>
 #include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/ot/sinkhorn_types.hpp>
+#include <moecomp/similarity/cka_types.hpp>
 
 namespace moecomp_test {
 
@@ -55,5 +56,14 @@ moecomp::cluster::kmeans_result host_kmeans(const moecomp::cluster::kmeans_param
                                             moecomp::matrix_view<T> centers,
                                             moecomp::vector_view<std::int64_t> labels,
                                             moecomp::vector_view<moecomp::index_t> sizes);
+
+/// The host's CKA of a pair and all-pairs matrix (one thread).
+template <class T>
+moecomp::similarity::cka_result host_cka(const moecomp::similarity::cka_params& params,
+                                         moecomp::matrix_view<const T> x, moecomp::matrix_view<const T> y);
+template <class T>
+moecomp::similarity::cka_matrix_result host_cka_matrix(const moecomp::similarity::cka_params& params,
+                                                       moecomp::matrix_stack_view<const T> features,
+                                                       moecomp::matrix_view<double> out);
 
 }  // namespace moecomp_test

@@ -23,6 +23,7 @@
 #include <moecomp/ot/free_support_barycenter_types.hpp>
 #include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/ot/sinkhorn_types.hpp>
+#include <moecomp/similarity/cka_types.hpp>
 
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/device_buffer.cuh>
@@ -35,3 +36,4 @@
 #include <moecomp/cuda/ot/auction_assignment.cuh>
 #include <moecomp/cuda/ot/free_support_barycenter.cuh>
 #include <moecomp/cuda/ot/sinkhorn.cuh>
+#include <moecomp/cuda/similarity/cka.cuh>

@@ -16,6 +16,8 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/similarity/cka_types.hpp>
+#include <moecomp/similarity/detail/cka_common.hpp>
+#include <moecomp/similarity/detail/cka_rules.hpp>
 #include <moecomp/core/detail/gemm.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 
@@ -211,8 +213,8 @@ class cka_products {
       for (index_t r = 0; r < t.rows; ++r)
         for (index_t c = 0; c < t.cols; ++c) {
           const index_t i = t.row0 + r, j = t.col0 + c;
-          const double v = norms[i] + norms[j] - 2.0 * static_cast<double>(out[r * t.cols + c]);
-          out[r * t.cols + c] = i == j ? W(0) : static_cast<W>(v > 0 ? v : 0.0);
+          out[r * t.cols + c] = static_cast<W>(
+              squared_distance_from_gram(norms[i], norms[j], static_cast<double>(out[r * t.cols + c]), i == j));
         }
     });
     parallel_for(e_, threads_, [&](index_t e, int) {
@@ -277,7 +279,7 @@ class cka_products {
     const double factor = -1.0 / (2.0 * sigma2);
     for (const gram_tile& t : tiles)
       for (std::size_t q = t.offset; q < t.offset + static_cast<std::size_t>(t.rows * t.cols); ++q)
-        g[q] = static_cast<W>(std::exp(factor * static_cast<double>(g[q])));
+        g[q] = static_cast<W>(rbf_value(static_cast<double>(g[q]), factor));
   }
 
   /// numpy's median of the n x n squared-distance matrix: the n zeros of the diagonal and each off-diagonal
@@ -319,22 +321,21 @@ class cka_products {
           rows[static_cast<std::size_t>(i)] += v;
           if (i != j) rows[static_cast<std::size_t>(j)] += v;
         }
-    const double n = static_cast<double>(n_);
     std::vector<double> m(static_cast<std::size_t>(n_));
     double total = 0;
     for (index_t i = 0; i < n_; ++i) {
-      m[static_cast<std::size_t>(i)] = rows[static_cast<std::size_t>(i)] / (unbiased ? n - 2 : n);
+      m[static_cast<std::size_t>(i)] = gram_row_mean(rows[static_cast<std::size_t>(i)], n_, unbiased);
       total += m[static_cast<std::size_t>(i)];
     }
-    const double shift = unbiased ? total / (2 * (n - 1)) : total / (2 * n);
+    const double shift = gram_mean_shift(total, n_, unbiased);
     for (double& v : m) v -= shift;
     for (const gram_tile& t : tiles)
       for (index_t r = 0; r < t.rows; ++r)
         for (index_t c = 0; c < t.cols; ++c) {
           const index_t i = t.row0 + r, j = t.col0 + c;
           W& v = g[t.offset + static_cast<std::size_t>(r * t.cols + c)];
-          if (unbiased && i == j) v = W(0);
-          else v = static_cast<W>(static_cast<double>(v) - m[static_cast<std::size_t>(i)] - m[static_cast<std::size_t>(j)]);
+          v = static_cast<W>(centred_gram_entry(static_cast<double>(v), m[static_cast<std::size_t>(i)],
+                                                m[static_cast<std::size_t>(j)], i == j, unbiased));
         }
   }
 
@@ -348,37 +349,6 @@ class cka_products {
   std::vector<std::size_t> offsets_;
 };
 
-/// HSIC normaliser: (n - 1)^2 (biased) or n (n - 3) (unbiased).
-inline double hsic_denominator(const cka_params& params, index_t n) noexcept {
-  const double m = static_cast<double>(n);
-  return params.unbiased ? m * (m - 3) : (m - 1) * (m - 1);
-}
-
-/// HSIC of inputs a and b in their own units from the scaled product.
-template <class T>
-double hsic_in_units(const cka_params& params, index_t n, double product, const cka_input<T>& a, const cka_input<T>& b) {
-  const double units = params.kernel == cka_kernel::linear ? a.scale * a.scale * b.scale * b.scale : 1.0;
-  return product * units / hsic_denominator(params, n);
-}
-
-/// Self-products at or below this count as <= 0: the scaled inputs have Frobenius norm 1, so a biased
-/// self-product is at least 1 / min(n, d), and what rounding leaves of a zero is a few eps(W).
-template <class W>
-constexpr double self_product_floor() noexcept {
-  return 64.0 * static_cast<double>(std::numeric_limits<W>::epsilon());
-}
-
-/// CKA from the products, or the reason it is undefined (value 0).
-template <class W, class T>
-double cka_from_products(double pab, double paa, double pbb, const cka_input<T>& a, const cka_input<T>& b,
-                         cka_status& status) {
-  status = a.status != cka_status::ok ? a.status : b.status;
-  if (status == cka_status::ok && !(paa > self_product_floor<W>() && pbb > self_product_floor<W>()))
-    status = cka_status::non_positive_self_hsic;
-  if (status != cka_status::ok) return 0.0;
-  return pab / std::sqrt(paa * pbb);
-}
-
 /// One pair, in double.
 template <class T>
 cka_result cka_pair(const host_context& ctx, const cka_params& params, matrix_view<const T> x, matrix_view<const T> y) {
@@ -388,10 +358,10 @@ cka_result cka_pair(const host_context& ctx, const cka_params& params, matrix_vi
   cka_products<T, double> products(ctx, params, {cka_input<T>{x}, cka_input<T>{y}}, result.route, false);
   const std::vector<double> p = products.compute();
   const auto& in = products.inputs();
-  result.hsic_xy = hsic_in_units(params, n, p[1], in[0], in[1]);
-  result.hsic_xx = hsic_in_units(params, n, p[0], in[0], in[0]);
-  result.hsic_yy = hsic_in_units(params, n, p[3], in[1], in[1]);
-  result.cka = cka_from_products<double>(p[1], p[0], p[3], in[0], in[1], result.status);
+  result.hsic_xy = hsic_in_units(params, n, p[1], in[0].scale, in[1].scale);
+  result.hsic_xx = hsic_in_units(params, n, p[0], in[0].scale, in[0].scale);
+  result.hsic_yy = hsic_in_units(params, n, p[3], in[1].scale, in[1].scale);
+  result.cka = cka_from_products<double>(p[1], p[0], p[3], in[0].status, in[1].status, result.status);
   if (params.kernel == cka_kernel::rbf) {
     result.sigma_x = in[0].sigma_scaled * in[0].scale;
     result.sigma_y = in[1].sigma_scaled * in[1].scale;
@@ -415,8 +385,8 @@ cka_matrix_result cka_all_pairs(const host_context& ctx, const cka_params& param
     for (index_t b = a; b < e; ++b) {
       cka_status status = cka_status::ok;
       const double v = cka_from_products<T>(p[static_cast<std::size_t>(a * e + b)], p[static_cast<std::size_t>(a * e + a)],
-                                         p[static_cast<std::size_t>(b * e + b)], in[static_cast<std::size_t>(a)],
-                                         in[static_cast<std::size_t>(b)], status);
+                                         p[static_cast<std::size_t>(b * e + b)], in[static_cast<std::size_t>(a)].status,
+                                         in[static_cast<std::size_t>(b)].status, status);
       if (status != cka_status::ok && result.undefined_pairs++ == 0) result.first_undefined = status;
       out(a, b) = out(b, a) = v;
     }
