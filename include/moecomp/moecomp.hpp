@@ -28,3 +28,4 @@
 #include <moecomp/ot/linear_assignment.hpp>
 #include <moecomp/ot/sinkhorn.hpp>
 #include <moecomp/similarity/cka.hpp>
+#include <moecomp/similarity/partition.hpp>
