@@ -155,9 +155,13 @@ TEST_CASE("cka: float32 features at a 1e4 offset or scaled by 1e-6 and 1e6 give 
   for (bool unbiased : {false, true})
     for (auto kernel : {sim::cka_kernel::linear, sim::cka_kernel::rbf}) {
       const double reference = run(params_of(kernel, unbiased), clean_x, clean_y).cka;
-      for (const auto& [name, offset, scale] :
-           {std::tuple<const char*, double, double>{"offset 1e4", 1e4, 1.0}, {"scale 1e-6", 0.0, 1e-6}, {"scale 1e6", 0.0, 1e6}}) {
-        CAPTURE(name);
+      struct hazard {
+        const char* name;
+        double offset, scale;
+      };
+      for (const hazard& h : {hazard{"offset 1e4", 1e4, 1.0}, hazard{"scale 1e-6", 0.0, 1e-6}, hazard{"scale 1e6", 0.0, 1e6}}) {
+        const double offset = h.offset, scale = h.scale;
+        CAPTURE(h.name);
         CAPTURE(unbiased);
         CAPTURE(sim::to_string(kernel));
         moecomp::host_matrix<float> x(clean_x.rows(), clean_x.cols()), y(clean_y.rows(), clean_y.cols());
