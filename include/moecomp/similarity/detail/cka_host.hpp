@@ -85,6 +85,7 @@ class cka_products {
 
   /// P (e x e, row-major, symmetric) in units of the scaled inputs.
   std::vector<double> compute() {
+    if (route_ == cka_route::gram && e_ >= 2 * threads_) return streamed_gram_products();
     host_workspace<W> features(ctx_, offsets_.back());
     host_workspace<double> row_norms(ctx_, static_cast<std::size_t>(e_ * n_));
     prepare(features.data(), row_norms.data());
@@ -99,43 +100,68 @@ class cka_products {
   /// it in W: row-major for the Gram route, transposed (d x n) for the feature route. Row norms of the
   /// scaled features in double.
   void prepare(W* features, double* row_norms) {
-    const bool transposed = route_ == cka_route::feature;
     parallel_for(e_, threads_, [&](index_t e, int) {
-      cka_input<T>& in = inputs_[static_cast<std::size_t>(e)];
-      const index_t d = in.x.cols();
-      std::vector<double> mean(static_cast<std::size_t>(d), 0.0);
-      for (index_t i = 0; i < n_; ++i) {
-        const T* r = in.x.row_ptr(i);
-        for (index_t c = 0; c < d; ++c) mean[static_cast<std::size_t>(c)] += static_cast<double>(r[c]);
-      }
-      for (double& m : mean) m /= static_cast<double>(n_);
-      double squares = 0;
-      double* norms = row_norms + e * n_;
-      for (index_t i = 0; i < n_; ++i) {
-        const T* r = in.x.row_ptr(i);
-        double s = 0;
-        for (index_t c = 0; c < d; ++c) {
-          const double v = static_cast<double>(r[c]) - mean[static_cast<std::size_t>(c)];
-          s += v * v;
-        }
-        norms[i] = s;
-        squares += s;
-      }
-      in.scale = std::sqrt(squares);
-      if (!(in.scale > 0)) in.status = cka_status::constant_input;
-      const double inv = in.scale > 0 ? 1.0 / in.scale : 0.0;
-      const double inv2 = inv * inv;
-      W* out = features + offsets_[static_cast<std::size_t>(e)];
-      for (index_t i = 0; i < n_; ++i) {
-        const T* r = in.x.row_ptr(i);
-        norms[i] *= inv2;
-        for (index_t c = 0; c < d; ++c) {
-          const W v = static_cast<W>((static_cast<double>(r[c]) - mean[static_cast<std::size_t>(c)]) * inv);
-          if (transposed) out[c * n_ + i] = v;
-          else out[i * d + c] = v;
-        }
-      }
+      prepare_one(e, features + offsets_[static_cast<std::size_t>(e)], row_norms + e * n_, route_ == cka_route::feature);
     });
+  }
+
+  /// Input e centred, scaled and stored in `out` (row-major, or transposed d x n), its scaled row norms in
+  /// `norms`.
+  void prepare_one(index_t e, W* out, double* norms, bool transposed) {
+    cka_input<T>& in = inputs_[static_cast<std::size_t>(e)];
+    const index_t d = in.x.cols();
+    std::vector<double> mean(static_cast<std::size_t>(d), 0.0);
+    for (index_t i = 0; i < n_; ++i) {
+      const T* r = in.x.row_ptr(i);
+      for (index_t c = 0; c < d; ++c) mean[static_cast<std::size_t>(c)] += static_cast<double>(r[c]);
+    }
+    for (double& m : mean) m /= static_cast<double>(n_);
+    double squares = 0;
+    for (index_t i = 0; i < n_; ++i) {
+      const T* r = in.x.row_ptr(i);
+      double s = 0;
+      for (index_t c = 0; c < d; ++c) {
+        const double v = static_cast<double>(r[c]) - mean[static_cast<std::size_t>(c)];
+        s += v * v;
+      }
+      norms[i] = s;
+      squares += s;
+    }
+    in.scale = std::sqrt(squares);
+    if (!(in.scale > 0)) in.status = cka_status::constant_input;
+    const double inv = in.scale > 0 ? 1.0 / in.scale : 0.0;
+    const double inv2 = inv * inv;
+    for (index_t i = 0; i < n_; ++i) {
+      const T* r = in.x.row_ptr(i);
+      norms[i] *= inv2;
+      for (index_t c = 0; c < d; ++c) {
+        const W v = static_cast<W>((static_cast<double>(r[c]) - mean[static_cast<std::size_t>(c)]) * inv);
+        if (transposed) out[c * n_ + i] = v;
+        else out[i * d + c] = v;
+      }
+    }
+  }
+
+  /// The gram route with many inputs: each thread prepares one input at a time into its own scratch and
+  /// forms that input's Gram tiles at once (single-threaded GEMMs), so only threads x n x d elements of
+  /// prepared features exist at any time instead of E x n x d.
+  std::vector<double> streamed_gram_products() {
+    std::size_t total = 0;
+    const std::vector<gram_tile> tiles = upper_tiles(n_, total);
+    host_workspace<W> grams(ctx_, total * static_cast<std::size_t>(e_));
+    index_t max_d = 0;
+    for (const auto& in : inputs_) max_d = std::max(max_d, in.x.cols());
+    host_workspace<W> features(ctx_, static_cast<std::size_t>(threads_) * static_cast<std::size_t>(n_ * max_d));
+    host_workspace<double> row_norms(ctx_, static_cast<std::size_t>(threads_ * n_));
+    parallel_for(e_, threads_, [&](index_t e, int thread) {
+      W* x = features.data() + static_cast<std::size_t>(thread) * static_cast<std::size_t>(n_ * max_d);
+      double* norms = row_norms.data() + thread * n_;
+      prepare_one(e, x, norms, false);
+      W* g = grams.data() + static_cast<std::size_t>(e) * total;
+      for (const gram_tile& t : tiles) gram_tile_of(e, t, x, norms, g + t.offset);
+      finish_gram(e, tiles, g);
+    });
+    return gram_inner_products(tiles, total, grams.data());
   }
 
   // ---- the feature route (linear kernel) ----
@@ -199,29 +225,41 @@ class cka_products {
     const std::vector<gram_tile> tiles = upper_tiles(n_, total);
     const auto tile_count = static_cast<index_t>(tiles.size());
     host_workspace<W> grams(ctx_, total * static_cast<std::size_t>(e_));
-    const bool rbf = params_.kernel == cka_kernel::rbf;
     parallel_for(e_ * tile_count, threads_, [&](index_t task, int) {
       const index_t e = task / tile_count;
       const gram_tile& t = tiles[static_cast<std::size_t>(task % tile_count)];
-      const index_t d = inputs_[static_cast<std::size_t>(e)].x.cols();
-      const W* x = features + offsets_[static_cast<std::size_t>(e)];
-      W* out = grams.data() + static_cast<std::size_t>(e) * total + t.offset;
-      moecomp::detail::gemm_abt<W>(W(1), x + t.row0 * d, d, x + t.col0 * d, d, t.rows, t.cols, d, out, t.cols);
-      if (!rbf) return;
-      // Squared distances ||x_i||^2 + ||x_j||^2 - 2 x_i . x_j of the scaled features, clamped, diagonal 0.
-      const double* norms = row_norms + e * n_;
-      for (index_t r = 0; r < t.rows; ++r)
-        for (index_t c = 0; c < t.cols; ++c) {
-          const index_t i = t.row0 + r, j = t.col0 + c;
-          out[r * t.cols + c] = static_cast<W>(
-              squared_distance_from_gram(norms[i], norms[j], static_cast<double>(out[r * t.cols + c]), i == j));
-        }
+      gram_tile_of(e, t, features + offsets_[static_cast<std::size_t>(e)], row_norms + e * n_,
+                   grams.data() + static_cast<std::size_t>(e) * total + t.offset);
     });
     parallel_for(e_, threads_, [&](index_t e, int) {
-      W* g = grams.data() + static_cast<std::size_t>(e) * total;
-      if (rbf) rbf_kernel(inputs_[static_cast<std::size_t>(e)], tiles, g);
-      centre_gram(tiles, g);
+      finish_gram(e, tiles, grams.data() + static_cast<std::size_t>(e) * total);
     });
+    return gram_inner_products(tiles, total, grams.data());
+  }
+
+  /// One tile of input e's Gram (one GEMM); for RBF, turned into squared distances (diagonal 0).
+  void gram_tile_of(index_t e, const gram_tile& t, const W* x, const double* norms, W* out) const {
+    const index_t d = inputs_[static_cast<std::size_t>(e)].x.cols();
+    moecomp::detail::gemm_abt<W>(W(1), x + t.row0 * d, d, x + t.col0 * d, d, t.rows, t.cols, d, out, t.cols);
+    if (params_.kernel != cka_kernel::rbf) return;
+    for (index_t r = 0; r < t.rows; ++r)
+      for (index_t c = 0; c < t.cols; ++c) {
+        const index_t i = t.row0 + r, j = t.col0 + c;
+        out[r * t.cols + c] = static_cast<W>(
+            squared_distance_from_gram(norms[i], norms[j], static_cast<double>(out[r * t.cols + c]), i == j));
+      }
+  }
+
+  /// After all of input e's tiles: the RBF kernel values, then the centring.
+  void finish_gram(index_t e, const std::vector<gram_tile>& tiles, W* g) {
+    if (params_.kernel == cka_kernel::rbf) rbf_kernel(inputs_[static_cast<std::size_t>(e)], tiles, g);
+    centre_gram(tiles, g);
+  }
+
+  /// P_ab = sum over tiles of weight x <tile_a, tile_b>: by GEMM over the inputs' copies of each tile
+  /// (the all-pairs matrix) or by direct double sums (single pairs).
+  std::vector<double> gram_inner_products(const std::vector<gram_tile>& tiles, std::size_t total, const W* grams) {
+    const auto tile_count = static_cast<index_t>(tiles.size());
     std::vector<double> p(static_cast<std::size_t>(e_ * e_), 0.0);
     if (by_gemm_) {
       // Per tile, one GEMM over the inputs' copies of that tile: the E x E inner products, weighted.
@@ -230,7 +268,7 @@ class cka_products {
       parallel_for(tile_count, threads_, [&](index_t ti, int thread) {
         const gram_tile& t = tiles[static_cast<std::size_t>(ti)];
         W* out = scratch.data() + static_cast<std::size_t>(thread) * static_cast<std::size_t>(e_ * e_);
-        const W* a = grams.data() + t.offset;
+        const W* a = grams + t.offset;
         moecomp::detail::gemm_abt<W>(W(1), a, static_cast<index_t>(total), a, static_cast<index_t>(total), e_, e_,
                                      t.rows * t.cols, out, e_);
         for (index_t q = 0; q < e_ * e_; ++q)
@@ -242,11 +280,10 @@ class cka_products {
         for (index_t b = 0; b < a; ++b) p[static_cast<std::size_t>(a * e_ + b)] = p[static_cast<std::size_t>(b * e_ + a)];
       return p;
     }
-    // Direct inner products in double, tile by tile in order.
     for (index_t a = 0; a < e_; ++a)
       for (index_t b = a; b < e_; ++b) {
-        const W* ga = grams.data() + static_cast<std::size_t>(a) * total;
-        const W* gb = grams.data() + static_cast<std::size_t>(b) * total;
+        const W* ga = grams + static_cast<std::size_t>(a) * total;
+        const W* gb = grams + static_cast<std::size_t>(b) * total;
         double s = 0;
         for (const gram_tile& t : tiles) {
           double ts = 0;
