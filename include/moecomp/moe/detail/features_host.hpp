@@ -1,0 +1,95 @@
+#pragma once
+// Expert representations on the host, behind <moecomp/similarity/expert_features.hpp>.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/moe/ffn_types.hpp>
+#include <moecomp/moe/detail/ffn_host.hpp>
+#include <moecomp/core/detail/gemm.hpp>
+#include <moecomp/core/detail/parallel.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace moe {
+namespace detail {
+
+using moecomp::detail::host_workspace;
+
+/// Row e = concat(flatten(W1_e), flatten(W2_e), flatten(W3_e)), each row-major, converted to A.
+template <class W, class A = accumulator_t<W>>
+void vectorized_weights_host(const ffn_expert_stack_view<W>& stack, matrix_view<A> out) {
+  const index_t d_ff = stack.d_ff(), d = stack.d_model(), block = d_ff * d;
+  for (index_t e = 0; e < stack.experts(); ++e) {
+    A* row = out.row_ptr(e);
+    const ffn_expert_view<W> x = stack.expert(e);
+    for (index_t i = 0; i < d_ff; ++i)
+      for (index_t j = 0; j < d; ++j) row[i * d + j] = convert_to<A>(x.w1(i, j));
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d_ff; ++j) row[block + i * d_ff + j] = convert_to<A>(x.w2(i, j));
+    if (stack.gated())
+      for (index_t i = 0; i < d_ff; ++i)
+        for (index_t j = 0; j < d; ++j) row[2 * block + i * d + j] = convert_to<A>(x.w3(i, j));
+  }
+}
+
+/// Row e = flatten(W2_e (W1_e o W3_e)) (d x d, row-major), or flatten(W2_e W1_e) without W3: one GEMM per
+/// expert on (W1 o W3)^T, experts in parallel.
+template <class W, class A = accumulator_t<W>>
+void surrogate_weights_host(const host_context& ctx, const ffn_expert_stack_view<W>& stack, matrix_view<A> out) {
+  const index_t d_ff = stack.d_ff(), d = stack.d_model(), e_count = stack.experts();
+  const int threads = static_cast<int>(std::min<index_t>(std::max(1, ctx.threads()), e_count));
+  const std::size_t per_thread = static_cast<std::size_t>(d * d_ff) * 2;
+  host_workspace<A> scratch(ctx, per_thread * static_cast<std::size_t>(threads));
+  moecomp::detail::parallel_for(e_count, threads, [&](index_t e, int thread) {
+    A* mt = scratch.data() + per_thread * static_cast<std::size_t>(thread);  // (W1 o W3)^T: d x d_ff
+    A* w2 = mt + d * d_ff;                                                   // W2 in A: d x d_ff
+    const ffn_expert_view<W> x = stack.expert(e);
+    for (index_t i = 0; i < d_ff; ++i)
+      for (index_t j = 0; j < d; ++j) {
+        const A g = convert_to<A>(x.w1(i, j));
+        mt[j * d_ff + i] = stack.gated() ? g * convert_to<A>(x.w3(i, j)) : g;
+      }
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d_ff; ++j) w2[i * d_ff + j] = convert_to<A>(x.w2(i, j));
+    moecomp::detail::gemm_abt<A>(A(1), w2, d_ff, mt, d_ff, d, d, d_ff, out.row_ptr(e), d);
+  });
+}
+
+/// Row e = the mean over the tokens of expert e's output (in double, tokens in order).
+template <class W, class A = accumulator_t<W>>
+void mean_outputs_host(const host_context& ctx, const ffn_params& params,
+                       const ffn_expert_stack_view<W>& stack, matrix_view<const A> x, matrix_view<A> out) {
+  const index_t n = x.rows(), d = stack.d_model();
+  host_workspace<A> y(ctx, static_cast<std::size_t>(n * d));
+  std::vector<double> sum(static_cast<std::size_t>(d));
+  for (index_t e = 0; e < stack.experts(); ++e) {
+    ffn_forward_host<W>(ctx, params, stack.expert(e), x, matrix_view<A>(y.data(), n, d), {});
+    std::fill(sum.begin(), sum.end(), 0.0);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < d; ++j) sum[static_cast<std::size_t>(j)] += static_cast<double>(y[static_cast<std::size_t>(i * d + j)]);
+    for (index_t j = 0; j < d; ++j) out(e, j) = static_cast<A>(sum[static_cast<std::size_t>(j)] / static_cast<double>(n));
+  }
+}
+
+/// logits (n x E) = x router^T (+ bias), in row tiles of 256 tokens.
+template <class A>
+void router_logits_host(const host_context& ctx, matrix_view<const A> x, matrix_view<const A> router,
+                        vector_view<const A> bias, matrix_view<A> logits) {
+  const index_t n = x.rows(), e = router.rows(), d = x.cols(), tile = 256;
+  moecomp::detail::parallel_for((n + tile - 1) / tile, ctx.threads(), [&](index_t t, int) {
+    const index_t first = t * tile, rows = std::min(tile, n - first);
+    moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), router.data(), router.row_stride(), rows, e, d,
+                                 logits.row_ptr(first), logits.row_stride());
+    if (!bias.empty())
+      for (index_t r = 0; r < rows; ++r)
+        for (index_t j = 0; j < e; ++j) logits(first + r, j) += bias[j];
+  });
+}
+
+}  // namespace detail
+}  // namespace moe
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,108 @@
+#pragma once
+// The expert forward on the host, behind <moecomp/moe/ffn.hpp>: token tiles, each on one thread, two or three
+// single-threaded GEMMs per tile in the accumulator type, the activation and gate in between.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/moe/ffn_types.hpp>
+#include <moecomp/moe/detail/activation.hpp>
+#include <moecomp/core/detail/gemm.hpp>
+#include <moecomp/core/detail/parallel.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace moe {
+namespace detail {
+
+using moecomp::detail::host_workspace;
+
+/// One expert's weights in the accumulator type A: views of the caller's memory when W is A, else a
+/// converted copy (3 d d_ff elements of A at most) made once per call.
+template <class W, class A = accumulator_t<W>>
+class expert_weights {
+ public:
+  expert_weights(const host_context& ctx, const ffn_expert_view<W>& e)
+      : copy_(ctx, std::is_same_v<W, A> ? 0 : static_cast<std::size_t>(e.d_ff() * e.d_model() * (e.gated() ? 3 : 2))),
+        biases_(ctx, static_cast<std::size_t>(2 * e.d_ff() + e.d_model())) {
+    const index_t d_ff = e.d_ff(), d = e.d_model();
+    if constexpr (std::is_same_v<W, A>) {
+      w1 = e.w1;
+      w3 = e.w3;
+      w2 = e.w2;
+    } else {
+      A* p = copy_.data();
+      w1 = convert(e.w1, p);
+      p += d_ff * d;
+      w2 = convert(e.w2, p);
+      p += d_ff * d;
+      if (e.gated()) w3 = convert(e.w3, p);
+    }
+    A* b = biases_.data();
+    for (index_t i = 0; i < d_ff; ++i) {
+      b[i] = e.b1.empty() ? A(0) : convert_to<A>(e.b1[i]);
+      b[d_ff + i] = e.b3.empty() ? A(0) : convert_to<A>(e.b3[i]);
+    }
+    for (index_t i = 0; i < d; ++i) b[2 * d_ff + i] = e.b2.empty() ? A(0) : convert_to<A>(e.b2[i]);
+    b1 = b;
+    b3 = b + d_ff;
+    b2 = b + 2 * d_ff;
+  }
+  matrix_view<const A> w1, w3, w2;
+  const A *b1, *b3, *b2;
+
+ private:
+  static matrix_view<const A> convert(matrix_view<const W> m, A* out) {
+    for (index_t i = 0; i < m.rows(); ++i)
+      for (index_t j = 0; j < m.cols(); ++j) out[i * m.cols() + j] = convert_to<A>(m(i, j));
+    return matrix_view<const A>(out, m.rows(), m.cols());
+  }
+  host_workspace<A> copy_, biases_;
+};
+
+/// y (n x d) and, when hidden is not null, the hidden activations h (n x d_ff) of tokens x (n x d).
+template <class W, class A = accumulator_t<W>>
+void ffn_forward_host(const host_context& ctx, const ffn_params& params, const ffn_expert_view<W>& expert,
+                      matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden) {
+  const index_t n = x.rows(), d = expert.d_model(), d_ff = expert.d_ff(), tile = params.token_tile;
+  if (n == 0) return;
+  const expert_weights<W, A> w(ctx, expert);
+  const int threads = std::max(1, ctx.threads());
+  const index_t tiles = (n + tile - 1) / tile;
+  const int used = static_cast<int>(std::min<index_t>(threads, tiles));
+  const std::size_t per_thread = static_cast<std::size_t>(tile * d_ff) * (expert.gated() ? 2 : 1);
+  host_workspace<A> scratch(ctx, per_thread * static_cast<std::size_t>(used));
+  moecomp::detail::parallel_for(tiles, used, [&](index_t t, int thread) {
+    const index_t first = t * tile, rows = std::min(tile, n - first);
+    A* h = scratch.data() + per_thread * static_cast<std::size_t>(thread);
+    A* u = h + tile * d_ff;
+    moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w1.data(), w.w1.row_stride(), rows, d_ff,
+                                 d, h, d_ff);
+    if (expert.gated())
+      moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w3.data(), w.w3.row_stride(), rows, d_ff,
+                                   d, u, d_ff);
+    for (index_t r = 0; r < rows; ++r) {
+      A* hr = h + r * d_ff;
+      const A* ur = u + r * d_ff;
+      for (index_t j = 0; j < d_ff; ++j) {
+        const A a = activate<A>(params.act, hr[j] + w.b1[j]);
+        hr[j] = expert.gated() ? a * (ur[j] + w.b3[j]) : a;
+      }
+      if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(first + r));
+    }
+    if (y.empty()) return;
+    moecomp::detail::gemm_abt<A>(A(1), h, d_ff, w.w2.data(), w.w2.row_stride(), rows, d, d_ff, y.row_ptr(first),
+                                 y.row_stride());
+    for (index_t r = 0; r < rows; ++r) {
+      A* yr = y.row_ptr(first + r);
+      for (index_t j = 0; j < d; ++j) yr[j] += w.b2[j];
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace moe
+MOECOMP_NAMESPACE_END
