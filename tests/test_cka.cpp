@@ -235,6 +235,10 @@ TEST_CASE("minibatch_cka: the value does not depend on how the token stream is c
     yy += r.hsic_yy;
   }
   CHECK(whole.first.cka == doctest::Approx(xy / std::sqrt(xx * yy)).epsilon(1e-14));
+  // One batch holding every token is the full computation: debiased CKA.
+  sim::minibatch_cka<double> full(ctx, params, n, 8, 5);
+  full.add(x.const_view(), y.const_view());
+  CHECK(full.result().cka == doctest::Approx(sim::cka<double>(ctx, params, x.const_view(), y.const_view()).cka).epsilon(1e-14));
   // An incomplete batch waits.
   sim::minibatch_cka<double> acc(ctx, params, batch, 8, 5);
   acc.add(x.const_view().row_range(0, 70), y.const_view().row_range(0, 70));
