@@ -30,4 +30,5 @@
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
 #include <moecomp/similarity/cka.hpp>
+#include <moecomp/sparse/prune.hpp>
 #include <moecomp/similarity/partition.hpp>

@@ -1,0 +1,55 @@
+#pragma once
+// The argument checks of magnitude pruning (host; a device version would share them).
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/sparse/prune_types.hpp>
+#include <moecomp/core/detail/parallel.hpp>
+
+#include <cmath>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace sparse {
+namespace detail {
+
+inline void check_prune_params(const char* fn, const prune_params& params, index_t rows, index_t cols) {
+  if (params.scope == prune_scope::n_of_m) {
+    MOECOMP_EXPECTS(params.m >= 1 && params.n >= 1 && params.n <= params.m, fn,
+                    ": params.n and params.m must satisfy 1 <= n <= m, got ", params.n, " and ", params.m);
+    MOECOMP_EXPECTS(cols % params.m == 0, fn, ": w's columns must be a multiple of params.m = ", params.m,
+                    " for N:M pruning, got ", cols);
+    return;
+  }
+  const bool sparsity = params.sparsity != -1, keep = params.keep != -1;
+  MOECOMP_EXPECTS(sparsity != keep, fn, ": exactly one of params.sparsity and params.keep must be given, got ",
+                  sparsity ? "both" : "neither");
+  const double f = sparsity ? params.sparsity : params.keep;
+  MOECOMP_EXPECTS(f >= 0 && f <= 1, fn, sparsity ? ": params.sparsity" : ": params.keep", " must be in [0, 1], got ", f);
+  if (params.scope == prune_scope::column_block)
+    MOECOMP_EXPECTS(params.column_block >= 1, fn, ": params.column_block must be >= 1 with the column_block scope, got ",
+                    params.column_block);
+  (void)rows;
+}
+
+/// Every value finite; the message names the first bad entry in row-major order.
+template <class T>
+void check_prune_values(const char* fn, matrix_view<const T> w, int threads) {
+  std::vector<index_t> bad(static_cast<std::size_t>(w.rows()), -1);
+  moecomp::detail::parallel_for(w.rows(), threads, [&](index_t i, int) {
+    for (index_t j = 0; j < w.cols(); ++j)
+      if (!std::isfinite(convert_to<double>(w(i, j)))) {
+        bad[static_cast<std::size_t>(i)] = j;
+        return;
+      }
+  });
+  for (index_t i = 0; i < w.rows(); ++i)
+    MOECOMP_EXPECTS(bad[static_cast<std::size_t>(i)] < 0, fn, ": w must be finite, got ",
+                    convert_to<double>(w(i, bad[static_cast<std::size_t>(i)])), " at (", i, ", ",
+                    bad[static_cast<std::size_t>(i)], ")");
+}
+
+}  // namespace detail
+}  // namespace sparse
+MOECOMP_NAMESPACE_END
