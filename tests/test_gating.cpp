@@ -1,0 +1,161 @@
+// Routing (<moecomp/gating/routing.hpp>): hand-worked tokens for every rule, ties to the lowest expert
+// index, the three layouts agreeing (dense, fixed-K with the sentinel E, CSR), min/max k, thread-count
+// independence, the argument checks. Against torch and the reference code: tests/peers/test_gate_torch.py.
+#include <moecomp/gating/routing.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/random.hpp>
+
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using moecomp::index_t;
+namespace gating = moecomp::gating;
+
+gating::routing_params rule(gating::routing_rule r, gating::score_function f = gating::score_function::none) {
+  gating::routing_params p;
+  p.rule = r;
+  p.scores = f;
+  return p;
+}
+
+/// Dense weights of one token of logits.
+std::vector<double> route_one(const gating::routing_params& p, std::vector<double> logits, std::vector<double> bias = {}) {
+  const auto e = static_cast<index_t>(logits.size());
+  std::vector<double> w(logits.size());
+  (void)gating::route_dense<double>(moecomp::host_context(1), p, moecomp::make_matrix_view(logits.data(), 1, e),
+                                    moecomp::make_vector_view(bias.data(), static_cast<index_t>(bias.size())),
+                                    moecomp::make_matrix_view(w.data(), 1, e));
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("top-k: the k largest scores, ties to the lowest index, renormalised on request") {
+  auto p = rule(gating::routing_rule::top_k);
+  p.top_k = 2;
+  // Scores 3, 5, 5, 1: experts 1 and 2 (tied with each other, both in); with 3, 5, 3, 3 and k = 2: 1 and 0.
+  CHECK(route_one(p, {3, 5, 5, 1}) == std::vector<double>{0, 5, 5, 0});
+  CHECK(route_one(p, {3, 5, 3, 3}) == std::vector<double>{3, 5, 0, 0});
+  p.renormalize = true;
+  CHECK(route_one(p, {3, 5, 3, 3}) == std::vector<double>{3.0 / 8, 5.0 / 8, 0, 0});
+  p.scores = gating::score_function::softmax;  // softmax(0, ln 3) = (1/4, 3/4); top-1 of it
+  p.top_k = 1;
+  p.renormalize = false;
+  const auto w = route_one(p, {0.0, std::log(3.0)});
+  CHECK(w[0] == 0.0);
+  CHECK(w[1] == doctest::Approx(0.75).epsilon(1e-15));
+}
+
+TEST_CASE("the dynamic rules: SADMoE's tau (paper and code forms), cumulative share, top-p, min and max k") {
+  const std::vector<double> s = {0.1, 0.4, 0.2, 0.3};  // max 0.4
+  auto p = rule(gating::routing_rule::threshold);
+  p.tau = 0.5;  // s >= 0.2: experts 1, 2, 3, weight 1
+  CHECK(route_one(p, s) == std::vector<double>{0, 1, 1, 1});
+  p.rule = gating::routing_rule::threshold_code;  // s >= 0.5 x 0.4 = 0.2 as well; tau 0.3 -> s >= 0.28
+  p.tau = 0.3;
+  CHECK(route_one(p, s) == std::vector<double>{0, 1, 0, 1});
+  p.rule = gating::routing_rule::cumulative;  // shares 0.4, 0.7, 0.9: the first above 0.6 is 0.7 (two experts)
+  p.tau = 0.6;
+  CHECK(route_one(p, s) == std::vector<double>{0, 1, 0, 1});
+  p.rule = gating::routing_rule::top_p;  // cumulative 0.4, 0.7: 0.7 crosses 0.5, kept; weights unchanged
+  p.tau = 0.5;
+  CHECK(route_one(p, s) == std::vector<double>{0, 0.4, 0, 0.3});
+  p.rule = gating::routing_rule::threshold;
+  p.tau = 1.0;  // only the maximum ...
+  p.min_k = 3;  // ... raised to three experts
+  CHECK(route_one(p, s) == std::vector<double>{0, 1, 1, 1});
+  p.tau = 0.0;  // everyone ...
+  p.min_k = 0;
+  p.max_k = 2;  // ... cut to the two largest
+  CHECK(route_one(p, s) == std::vector<double>{0, 1, 0, 1});
+}
+
+TEST_CASE("DeepSeek-V3: the bias steers the choice only; groups by their top-2 sum; weights normalised and scaled") {
+  // 4 experts in 2 groups. sigmoid(0) = 0.5 everywhere; the bias makes expert 3 (group 1) the choice.
+  auto p = rule(gating::routing_rule::deepseek_v3);
+  p.n_group = 2;
+  p.topk_group = 1;
+  p.top_k = 1;
+  p.renormalize = true;
+  p.routed_scaling_factor = 2.5;
+  const auto w = route_one(p, {0, 0, 0, 0}, {0.0, 0.0, 0.0, 0.1});
+  CHECK(w[0] == 0.0);
+  CHECK(w[3] == doctest::Approx(2.5).epsilon(1e-15));  // 0.5 / (0.5 + 1e-20) x 2.5: the uncorrected score
+}
+
+TEST_CASE_TEMPLATE("the dense, fixed-K and CSR layouts agree, at any thread count", A, float, double) {
+  const index_t t = 300, e = 10;
+  moecomp::host_matrix<A> logits(t, e);
+  moecomp::random_generator rng(5);
+  for (index_t i = 0; i < t; ++i)
+    for (index_t j = 0; j < e; ++j) logits(i, j) = static_cast<A>(rng.normal<double>());
+  auto p = rule(gating::routing_rule::top_p, gating::score_function::softmax);
+  p.tau = 0.8;
+  const index_t k = gating::max_experts_per_token(p, e);
+  CHECK(k == e);
+  moecomp::host_matrix<A> dense(t, e), dense3(t, e), fixed_w(t, k);
+  moecomp::host_matrix<std::int64_t> fixed_ids(t, k);
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(t + 1)), ids(static_cast<std::size_t>(t * k));
+  std::vector<A> weights(ids.size());
+  const moecomp::vector_view<const A> no_bias;
+  const auto r1 = gating::route_dense<A>(moecomp::host_context(1), p, logits.const_view(), no_bias, dense.view());
+  (void)gating::route_dense<A>(moecomp::host_context(3), p, logits.const_view(), no_bias, dense3.view());
+  const auto r2 = gating::route_fixed<A>(moecomp::host_context(2), p, logits.const_view(), no_bias, fixed_ids.view(),
+                                         fixed_w.view());
+  const auto r3 = gating::route_csr<A>(moecomp::host_context(2), p, logits.const_view(), no_bias,
+                                       moecomp::make_vector_view(offsets.data(), t + 1),
+                                       moecomp::make_vector_view(ids.data(), t * k),
+                                       moecomp::make_vector_view(weights.data(), t * k));
+  CHECK(r1.selected == r2.selected);
+  CHECK(r1.selected == r3.selected);
+  CHECK(offsets[static_cast<std::size_t>(t)] == r1.selected);
+  for (index_t i = 0; i < t; ++i) {
+    index_t used = 0;
+    for (index_t q = 0; q < k; ++q) {
+      const std::int64_t id = fixed_ids(i, q);
+      if (id == e) {  // the sentinel: weight 0, and every later slot unused too
+        CHECK(fixed_w(i, q) == A(0));
+        continue;
+      }
+      ++used;
+      CHECK(dense(i, id) == fixed_w(i, q));
+      CHECK(ids[static_cast<std::size_t>(offsets[static_cast<std::size_t>(i)] + q)] == id);
+    }
+    CHECK(offsets[static_cast<std::size_t>(i + 1)] - offsets[static_cast<std::size_t>(i)] == used);
+    for (index_t j = 0; j < e; ++j) CHECK(dense(i, j) == dense3(i, j));
+  }
+  CHECK(r1.experts_per_token_mean == doctest::Approx(double(r1.selected) / double(t)));
+}
+
+TEST_CASE("routing: bad input is refused with a message naming the argument") {
+  std::vector<double> logits(4 * 6, 0.0), out(4 * 6);
+  const auto l = moecomp::make_matrix_view(static_cast<const double*>(logits.data()), 4, 6);
+  const auto w = moecomp::make_matrix_view(out.data(), 4, 6);
+  const moecomp::host_context ctx(1);
+  const moecomp::vector_view<const double> none;
+  auto p = rule(gating::routing_rule::top_k);
+  p.top_k = 7;
+  CHECK_THROWS_WITH_AS(gating::route_dense<double>(ctx, p, l, none, w),
+                       "route_dense: params.top_k must be in [1, 6] (the experts), got 7", moecomp::invalid_argument);
+  p = rule(gating::routing_rule::threshold);
+  p.tau = -0.1;
+  CHECK_THROWS_WITH_AS(gating::route_dense<double>(ctx, p, l, none, w), "route_dense: params.tau must be in [0, 1], got -0.1",
+                       moecomp::invalid_argument);
+  p = rule(gating::routing_rule::deepseek_v3);
+  p.n_group = 4;
+  p.top_k = 1;
+  CHECK_THROWS_WITH_AS(gating::route_dense<double>(ctx, p, l, none, w),
+                       "route_dense: params.n_group must divide the 6 experts, got 4", moecomp::invalid_argument);
+  logits[9] = std::nan("");
+  p = rule(gating::routing_rule::top_k);
+  CHECK_THROWS_WITH_AS(gating::route_dense<double>(ctx, p, l, none, w), "route_dense: logits must be finite, got nan at (1, 3)",
+                       moecomp::invalid_argument);
+  CHECK(gating::parse_routing_rule("top_p") == gating::routing_rule::top_p);
+}
