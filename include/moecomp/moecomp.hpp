@@ -27,6 +27,7 @@
 #include <moecomp/ot/free_support_barycenter.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
 #include <moecomp/ot/sinkhorn.hpp>
+#include <moecomp/gating/dispatch.hpp>
 #include <moecomp/gating/routing.hpp>
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
