@@ -1,0 +1,70 @@
+// moecomp dispatch IDS.npy --experts E [--block-size B] [--capacity C] -o OUT_DIR [--json]: the dispatch plan
+// of a T x K routing layout (int32 or int64 expert ids, E for an unused slot): the pairs sorted by expert
+// (stable), padded to blocks as vLLM's moe_align_block_size, with an optional per-expert capacity. Writes
+// sorted_token_ids.npy, expert_ids.npy, counts.npy, offsets.npy (int64) into OUT_DIR, whole or not at all.
+// The contract: docs/cli.md; the semantics: docs/gating.md.
+#include "cli.hpp"
+
+#include <moecomp/gating/dispatch.hpp>
+
+namespace moecomp_cli {
+namespace {
+
+int dispatch(const arguments& args, output_files& outputs) {
+  using namespace moecomp;
+  const std::string& path = args.positional()[0];
+  const io::npy_array input = read_operand(path);
+  if (input.dtype() != io::npy_dtype::int32 && input.dtype() != io::npy_dtype::int64)
+    throw usage_error(path + ": dtype " + io::to_string(input.dtype()) + " is not accepted here, expected int32 or int64");
+  if (input.ndim() != 2) throw usage_error(path + ": expected a 2-D array (T x K expert ids), got " + shape_text(input.shape()));
+  if (!args.value("--experts")) throw usage_error("option --experts: required (the number of experts E)");
+  const index_t experts = args.integer("--experts", 0);
+  gating::dispatch_params params;
+  params.block_size = args.integer("--block-size", 1);
+  params.capacity = args.integer("--capacity", 0);
+  const host_matrix<std::int64_t> ids = input.to_matrix<std::int64_t>();
+  const stopwatch timer;
+  gating::dispatch_plan plan;
+  try {
+    plan = gating::make_dispatch_plan(params, experts, ids.const_view());
+  } catch (const invalid_argument& e) {
+    const std::string message = name_the_option(e.what(), {{"--block-size", "params.block_size"},
+                                                           {"--capacity", "params.capacity"},
+                                                           {"--experts", "experts"}});
+    throw usage_error(message != e.what() ? message : path + ": " + e.what());
+  }
+  const double seconds = timer.seconds();
+  auto stage = [&](const char* name, const std::vector<std::int64_t>& v) {
+    outputs.stage_in_directory(name, make_vector_view(v.data(), static_cast<index_t>(v.size())));
+  };
+  stage("sorted_token_ids", plan.sorted_token_ids);
+  stage("expert_ids", plan.expert_ids);
+  stage("counts", plan.counts);
+  stage("offsets", plan.offsets);
+  return conclude(args, outputs,
+                  json_summary()
+                      .add("command", std::string("dispatch"))
+                      .add("tokens", static_cast<long long>(ids.rows()))
+                      .add("slots", static_cast<long long>(ids.cols()))
+                      .add("experts", static_cast<long long>(experts))
+                      .add("num_tokens_post_pad", static_cast<long long>(plan.num_tokens_post_pad))
+                      .add("dropped", static_cast<long long>(plan.dropped))
+                      .add("seconds", seconds),
+                  status::ok, "dispatch", "");
+}
+
+}  // namespace
+
+const command_registration dispatch_registration{command{
+    {"dispatch",
+     "The dispatch plan of T x K expert ids: sorted by expert (stable), padded to blocks as vLLM, with capacity",
+     "dispatch IDS.npy --experts E [--block-size B] [--capacity C] -o OUT_DIR [--json]",
+     1,
+     1,
+     {{"--experts", true, "E: the number of experts; the id E marks an unused slot (required)"},
+      {"--block-size", true, "B: pad each expert's run to a multiple of B (default 1: no padding)"},
+      {"--capacity", true, "C: at most C pairs per expert, earlier tokens first (default 0: no limit)"}},
+     /*output_directory=*/true},
+    dispatch}};
+
+}  // namespace moecomp_cli
