@@ -1,0 +1,57 @@
+// Routing and dispatch benchmarks at the context's threads (issue 16's workloads): 16384 tokens x 64
+// experts, softmax + top-8 + renormalise (Mixtral-style) and SADMoE's tau rule (tau 0.5, raw scores), in the
+// fixed-K layout; the dispatch plan of 16384 x top-8 ids with and without block padding. The side-by-side
+// against torch: bench/peers/gating_vs_torch.py.
+#include <benchmark/benchmark.h>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/random.hpp>
+#include <moecomp/gating/dispatch.hpp>
+#include <moecomp/gating/routing.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using moecomp::index_t;
+namespace gating = moecomp::gating;
+
+void route(benchmark::State& state, gating::routing_rule rule) {
+  const index_t t = 16384, e = 64;
+  moecomp::host_matrix<float> logits(t, e);
+  moecomp::random_generator rng(20);
+  rng.fill_normal(logits.view());
+  gating::routing_params p;
+  p.rule = rule;
+  p.top_k = 8;
+  p.renormalize = true;
+  p.tau = 0.5;
+  p.scores = rule == gating::routing_rule::top_k ? gating::score_function::softmax : gating::score_function::none;
+  const index_t k = gating::max_experts_per_token(p, e);
+  moecomp::host_matrix<std::int64_t> ids(t, k);
+  moecomp::host_matrix<float> weights(t, k);
+  const moecomp::host_context ctx;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(
+        gating::route_fixed<float>(ctx, p, logits.const_view(), {}, ids.view(), weights.view()).selected);
+}
+void route_top8(benchmark::State& state) { route(state, gating::routing_rule::top_k); }
+void route_tau(benchmark::State& state) { route(state, gating::routing_rule::threshold); }
+
+void dispatch(benchmark::State& state) {
+  const index_t t = 16384, k = 8, e = 64;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(t * k));
+  moecomp::random_generator rng(21);
+  for (auto& id : ids) id = static_cast<std::int64_t>(rng.uniform_index(e));
+  gating::dispatch_params p;
+  p.block_size = state.range(0);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(gating::make_dispatch_plan(p, e, moecomp::make_matrix_view(ids.data(), t, k)).num_tokens_post_pad);
+}
+
+}  // namespace
+
+BENCHMARK(route_top8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(route_tau)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(dispatch)->Arg(1)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();
