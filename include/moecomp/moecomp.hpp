@@ -31,6 +31,7 @@
 #include <moecomp/gating/routing.hpp>
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
+#include <moecomp/moe/layer.hpp>
 #include <moecomp/similarity/cka.hpp>
 #include <moecomp/sparse/prune.hpp>
 #include <moecomp/similarity/partition.hpp>

@@ -1,0 +1,99 @@
+#pragma once
+// The MoE layer forward on the host, behind <moecomp/moe/layer.hpp>.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/gating/dispatch.hpp>
+#include <moecomp/gating/routing.hpp>
+#include <moecomp/moe/features.hpp>
+#include <moecomp/moe/ffn.hpp>
+#include <moecomp/moe/ffn_types.hpp>
+#include <moecomp/moe/layer_types.hpp>
+#include <moecomp/core/detail/checks.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace moe {
+
+namespace detail {
+
+template <class W, class A = accumulator_t<W>>
+gating::routing_result moe_layer_forward_host(const host_context& ctx, const moe_layer_params& params,
+                                              const moe_layer_view<W>& layer, matrix_view<const A> x,
+                                              matrix_view<A> y) {
+  constexpr const char* fn = "moe_layer_forward";
+  const index_t t_count = x.rows(), d = x.cols(), e = layer.router.rows(), e_out = layer.experts.experts();
+  check_ffn_stack(fn, layer.experts);
+  MOECOMP_EXPECTS(layer.router.cols() == d && layer.experts.d_model() == d, fn, ": router and experts must have d = ",
+                  d, " (the columns of x), got ", layer.router.cols(), " and ", layer.experts.d_model());
+  MOECOMP_EXPECTS(y.rows() == t_count && y.cols() == d, fn, ": y must be ", moecomp::detail::shape_string(t_count, d),
+                  ", got ", moecomp::detail::shape_string(y.rows(), y.cols()));
+  if (layer.expert_map.empty()) {
+    MOECOMP_EXPECTS(e_out == e, fn, ": experts must hold one expert per router row (", e, ") without expert_map, got ",
+                    e_out);
+  } else {
+    MOECOMP_EXPECTS(layer.expert_map.size() == e, fn, ": expert_map must have ", e, " entries (router rows), got ",
+                    layer.expert_map.size());
+    for (index_t j = 0; j < e; ++j)
+      MOECOMP_EXPECTS(layer.expert_map[j] >= 0 && layer.expert_map[j] < e_out, fn, ": expert_map entries must be in [0, ",
+                      e_out, ") (the stack's experts), got ", layer.expert_map[j], " at ", j);
+  }
+  const bool has_shared = !layer.shared.w1.empty();
+  if (has_shared) {
+    check_ffn_stack(fn, layer.shared);
+    MOECOMP_EXPECTS(layer.shared.d_model() == d, fn, ": shared experts must have d = ", d, ", got ",
+                    layer.shared.d_model());
+  }
+  MOECOMP_EXPECTS(layer.shared_gate.empty() || (layer.shared_gate.rows() == 1 && layer.shared_gate.cols() == d), fn,
+                  ": shared_gate must be empty or 1 x ", d, ", got ",
+                  moecomp::detail::shape_string(layer.shared_gate.rows(), layer.shared_gate.cols()));
+  // Route.
+  std::vector<A> logits(static_cast<std::size_t>(t_count * e));
+  router_logits<A>(ctx, x, layer.router, {}, matrix_view<A>(logits.data(), t_count, e));
+  const index_t k = gating::max_experts_per_token(params.routing, e);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(t_count * k));
+  std::vector<A> weights(ids.size());
+  const gating::routing_result routed = gating::route_fixed<A>(
+      ctx, params.routing, matrix_view<const A>(logits.data(), t_count, e), layer.router_bias,
+      matrix_view<std::int64_t>(ids.data(), t_count, k), matrix_view<A>(weights.data(), t_count, k));
+  // Map router ids to the stack's experts (the sentinel e becomes e_out).
+  for (auto& id : ids) id = id == e ? e_out : (layer.expert_map.empty() ? id : layer.expert_map[id]);
+  const gating::dispatch_plan plan =
+      gating::make_dispatch_plan(gating::dispatch_params{}, e_out, matrix_view<const std::int64_t>(ids.data(), t_count, k));
+  std::vector<A> gathered(static_cast<std::size_t>(plan.num_tokens_post_pad * d)), out(gathered.size());
+  gating::dispatch_gather<A>(ctx, plan, k, x, matrix_view<A>(gathered.data(), plan.num_tokens_post_pad, d));
+  for (index_t j = 0; j < e_out; ++j) {
+    const index_t first = plan.offsets[static_cast<std::size_t>(j)], rows = plan.counts[static_cast<std::size_t>(j)];
+    if (rows == 0) continue;
+    ffn_forward<W>(ctx, params.ffn, layer.experts.expert(j), matrix_view<const A>(gathered.data() + first * d, rows, d),
+                   matrix_view<A>(out.data() + first * d, rows, d));
+  }
+  gating::dispatch_combine<A>(ctx, plan, matrix_view<const A>(out.data(), plan.num_tokens_post_pad, d),
+                              matrix_view<const A>(weights.data(), t_count, k), y);
+  if (has_shared) {
+    std::vector<A> shared_out(static_cast<std::size_t>(t_count * d));
+    for (index_t s = 0; s < layer.shared.experts(); ++s) {
+      ffn_forward<W>(ctx, params.ffn, layer.shared.expert(s), x, matrix_view<A>(shared_out.data(), t_count, d));
+      for (index_t t = 0; t < t_count; ++t) {
+        double g = 1.0;
+        if (!layer.shared_gate.empty()) {
+          double z = 0;
+          for (index_t c = 0; c < d; ++c) z += static_cast<double>(x(t, c)) * static_cast<double>(layer.shared_gate(0, c));
+          g = 1.0 / (1.0 + std::exp(-z));
+        }
+        A* row = y.row_ptr(t);
+        for (index_t c = 0; c < d; ++c) row[c] += static_cast<A>(g) * shared_out[static_cast<std::size_t>(t * d + c)];
+      }
+    }
+  }
+  return routed;
+}
+
+}  // namespace detail
+}  // namespace moe
+MOECOMP_NAMESPACE_END
