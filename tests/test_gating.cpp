@@ -2,6 +2,7 @@
 // index, the three layouts agreeing (dense, fixed-K with the sentinel E, CSR), min/max k, thread-count
 // independence, the argument checks. Against torch and the reference code: tests/peers/test_gate_torch.py.
 #include <moecomp/gating/routing.hpp>
+#include <moecomp/gating/sadmoe.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
 
@@ -158,4 +159,23 @@ TEST_CASE("routing: bad input is refused with a message naming the argument") {
   CHECK_THROWS_WITH_AS(gating::route_dense<double>(ctx, p, l, none, w), "route_dense: logits must be finite, got nan at (1, 3)",
                        moecomp::invalid_argument);
   CHECK(gating::parse_routing_rule("top_p") == gating::routing_rule::top_p);
+}
+
+TEST_CASE("SADMoE extras: the square Hoyer measure and the Appendix B FLOPs model by closed form") {
+  // Hoyer: n for equal magnitudes, 1 for a single non-zero, 0 for a zero row (the 1e-15 guard).
+  const std::vector<double> a = {1, -1, 1, -1, 0, 0, 3, 0, 0, 0, 0, 0};
+  std::vector<double> h(3);
+  gating::square_hoyer<double>(moecomp::host_context(2), moecomp::make_matrix_view(a.data(), 3, 4),
+                               moecomp::make_vector_view(h.data(), 3));
+  CHECK(h[0] == doctest::Approx(4.0).epsilon(1e-14));
+  CHECK(h[1] == doctest::Approx(1.0).epsilon(1e-14));
+  CHECK(h[2] == 0.0);
+  // d = 768, e = 4, n = 128 experts, k = 8, router width 128: ratio = k / n + d_h (1 + n / d) / (2 e d).
+  const auto c = gating::dynamic_k_flops(768, 4.0, 128, 8.0, 128);
+  CHECK(c.ffn == 2.0 * 4 * 768 * 768);
+  CHECK(c.expert == doctest::Approx(c.ffn / 128));
+  CHECK(c.router == 128.0 * (768 + 128));
+  CHECK(c.ratio == doctest::Approx(8.0 / 128 + 128.0 * (1 + 128.0 / 768) / (2 * 4 * 768)).epsilon(1e-14));
+  CHECK_THROWS_WITH_AS(gating::dynamic_k_flops(768, 4.0, 128, 200.0, 128), "dynamic_k_flops: k must be in [0, 128], got 200",
+                       moecomp::invalid_argument);
 }

@@ -244,6 +244,14 @@ TEST_CASE("expert representations: vectorised and surrogate weights, mean output
       for (index_t t = 0; t < n; ++t) m += outs[(a * n + t) * d + j];
       CHECK(mean(a, j) == doctest::Approx(m / double(n)).epsilon(1e-13));
     }
+  moecomp::host_matrix<double> norms(n, e);
+  moe::expert_output_norms<double>(ctx, moe::ffn_params{}, stack, x.const_view(), norms.view());
+  for (index_t a = 0; a < e; ++a)
+    for (index_t t = 0; t < n; ++t) {
+      double s = 0;
+      for (index_t j = 0; j < d; ++j) s += outs[(a * n + t) * d + j] * outs[(a * n + t) * d + j];
+      CHECK(norms(t, a) == doctest::Approx(std::sqrt(s)).epsilon(1e-13));
+    }
   const auto router = tokens<double>(e, d, 21);
   const std::vector<double> bias = {0.5, -1.0, 2.0};
   moecomp::host_matrix<double> logits(n, e);

@@ -29,6 +29,7 @@
 #include <moecomp/ot/sinkhorn.hpp>
 #include <moecomp/gating/dispatch.hpp>
 #include <moecomp/gating/routing.hpp>
+#include <moecomp/gating/sadmoe.hpp>
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
 #include <moecomp/moe/layer.hpp>

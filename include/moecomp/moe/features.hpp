@@ -77,6 +77,23 @@ void expert_mean_outputs(const host_context& ctx, const ffn_params& params,
   detail::mean_outputs_host<W>(ctx, params, stack, x, out);
 }
 
+/// out (n x E): out(t, e) = ||f_e(x_t)||_2, each expert's output norm per token: D2DMoE's router training
+/// targets (SADMoE's router regresses them). In double from the forward's outputs.
+template <class W>
+void expert_output_norms(const host_context& ctx, const ffn_params& params, const ffn_expert_stack_view<W>& stack,
+                         moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>>> x,
+                         moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> out) {
+  constexpr const char* fn = "expert_output_norms";
+  detail::check_ffn_params(fn, params);
+  detail::check_ffn_stack(fn, stack);
+  MOECOMP_EXPECTS(x.cols() == stack.d_model(), fn, ": x must have ", stack.d_model(), " columns (the experts' d), got ",
+                  moecomp::detail::shape_string(x.rows(), x.cols()));
+  MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == stack.experts(), fn, ": out must be ",
+                  moecomp::detail::shape_string(x.rows(), stack.experts()), " (tokens x experts), got ",
+                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  detail::output_norms_host<W>(ctx, params, stack, x, out);
+}
+
 /// logits (n x E) = x (n x d) router^T (router: E x d) + bias (E entries, or empty).
 template <class A>
 void router_logits(const host_context& ctx, moecomp::detail::type_identity_t<matrix_view<const A>> x,

@@ -10,6 +10,7 @@
 #include <moecomp/core/detail/parallel.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -72,6 +73,22 @@ void mean_outputs_host(const host_context& ctx, const ffn_params& params,
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < d; ++j) sum[static_cast<std::size_t>(j)] += static_cast<double>(y[static_cast<std::size_t>(i * d + j)]);
     for (index_t j = 0; j < d; ++j) out(e, j) = static_cast<A>(sum[static_cast<std::size_t>(j)] / static_cast<double>(n));
+  }
+}
+
+/// out(t, e) = ||f_e(x_t)||_2 in double, one expert at a time.
+template <class W, class A = accumulator_t<W>>
+void output_norms_host(const host_context& ctx, const ffn_params& params, const ffn_expert_stack_view<W>& stack,
+                       matrix_view<const A> x, matrix_view<A> out) {
+  const index_t n = x.rows(), d = stack.d_model();
+  host_workspace<A> y(ctx, static_cast<std::size_t>(n * d));
+  for (index_t e = 0; e < stack.experts(); ++e) {
+    ffn_forward_host<W>(ctx, params, stack.expert(e), x, matrix_view<A>(y.data(), n, d), {});
+    for (index_t t = 0; t < n; ++t) {
+      double s = 0;
+      for (index_t j = 0; j < d; ++j) s += static_cast<double>(y[static_cast<std::size_t>(t * d + j)]) * static_cast<double>(y[static_cast<std::size_t>(t * d + j)]);
+      out(t, e) = static_cast<A>(std::sqrt(s));
+    }
   }
 }
 
