@@ -5,6 +5,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/gating/routing_types.hpp>
+#include <moecomp/gating/detail/routing_rules.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ void score_row(score_function f, const A* logits, index_t e, std::vector<double>
     for (index_t j = 0; j < e; ++j) total += scores[static_cast<std::size_t>(j)] = std::exp(static_cast<double>(logits[j]) - top);
     for (double& s : scores) s /= total;
   } else if (f == score_function::sigmoid) {
-    for (index_t j = 0; j < e; ++j) scores[static_cast<std::size_t>(j)] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[j])));
+    for (index_t j = 0; j < e; ++j) scores[static_cast<std::size_t>(j)] = sigmoid(static_cast<double>(logits[j]));
   } else {
     for (index_t j = 0; j < e; ++j) scores[static_cast<std::size_t>(j)] = static_cast<double>(logits[j]);
   }
@@ -46,8 +47,7 @@ inline void best_by_key(const std::vector<double>& key, index_t count, std::vect
   order.resize(key.size());
   for (std::size_t j = 0; j < key.size(); ++j) order[j] = static_cast<index_t>(j);
   auto better = [&](index_t a, index_t b) {
-    const double ka = key[static_cast<std::size_t>(a)], kb = key[static_cast<std::size_t>(b)];
-    return ka > kb || (ka == kb && a < b);
+    return chosen_before(key[static_cast<std::size_t>(a)], a, key[static_cast<std::size_t>(b)], b);
   };
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(), better);
 }
@@ -127,41 +127,17 @@ void choose(const routing_params& p, const A* logits, index_t e, const A* bias, 
     }
     default: break;
   }
-  // The dynamic rules: a prefix of the experts by descending score.
+  // The dynamic rules: a prefix of the experts by descending score, as long as the rule takes the next one.
   best_by_key(c.scores, e, c.order);
   index_t k = 0;
   const double top = c.scores[static_cast<std::size_t>(c.order[0])];
-  switch (p.rule) {
-    case routing_rule::threshold:
-    case routing_rule::threshold_code: {
-      const double cut = (p.rule == routing_rule::threshold ? p.tau : 1.0 - p.tau) * top;
-      while (k < e && c.scores[static_cast<std::size_t>(c.order[static_cast<std::size_t>(k)])] >= cut) ++k;
-      break;
-    }
-    case routing_rule::cumulative: {
-      double total = 0, running = 0;
-      for (double s : c.scores) total += s;
-      k = e;
-      if (total > 0)
-        for (index_t q = 0; q < e; ++q) {
-          running += c.scores[static_cast<std::size_t>(c.order[static_cast<std::size_t>(q)])];
-          if (running / total > p.tau) {
-            k = q + 1;
-            break;
-          }
-        }
-      break;
-    }
-    case routing_rule::top_p: {
-      double running = 0;
-      while (k < e) {  // every expert whose cumulative sum is <= p, then the one that crosses it
-        running += c.scores[static_cast<std::size_t>(c.order[static_cast<std::size_t>(k)])];
-        ++k;
-        if (running > p.tau) break;
-      }
-      break;
-    }
-    default: break;
+  double total = 0, running = 0;
+  for (double s : c.scores) total += s;
+  while (k < e) {
+    const double candidate = c.scores[static_cast<std::size_t>(c.order[static_cast<std::size_t>(k)])];
+    if (!takes_next(p.rule, p.tau, candidate, k, running, total, top)) break;
+    running += candidate;
+    ++k;
   }
   if (p.min_k > 0) k = std::max(k, std::min(p.min_k, e));
   if (p.max_k > 0) k = std::min(k, p.max_k);
