@@ -20,6 +20,8 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/distance/distance_types.hpp>
+#include <moecomp/gating/dispatch_types.hpp>
+#include <moecomp/gating/routing_types.hpp>
 #include <moecomp/ot/free_support_barycenter_types.hpp>
 #include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/ot/sinkhorn_types.hpp>
@@ -36,4 +38,5 @@
 #include <moecomp/cuda/ot/auction_assignment.cuh>
 #include <moecomp/cuda/ot/free_support_barycenter.cuh>
 #include <moecomp/cuda/ot/sinkhorn.cuh>
+#include <moecomp/cuda/gating/routing.cuh>
 #include <moecomp/cuda/similarity/cka.cuh>
