@@ -38,5 +38,12 @@ inline constexpr index_t max_grid_y = 65535;
 /// Largest grid.x moecomp launches; kernels loop over the rest (the hardware allows 2^31 - 1).
 inline constexpr index_t max_grid_x = index_t(1) << 20;
 
+/// Blocks for `items` work items at `per_block` items per block: at least 1, at most `cap` (the kernels are
+/// grid-stride loops and cover the rest).
+inline unsigned grid_for(index_t items, index_t per_block, index_t cap = max_grid_x) {
+  const index_t blocks = ceil_div(items, per_block);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
 }  // namespace detail
 MOECOMP_NAMESPACE_END

@@ -64,7 +64,7 @@ void route_fixed(const cuda_context& ctx, const routing_params& params, matrix_v
                                              static_cast<int>(params.max_k),
                                              params.renormalize,
                                              params.tau};
-  cuda_detail::routing_kernel<A><<<cuda_detail::routing_grid(t, cuda_detail::routing_warps), cuda_detail::routing_block,
+  cuda_detail::routing_kernel<A><<<moecomp::detail::grid_for(t, cuda_detail::routing_warps), cuda_detail::routing_block,
                                    0, ctx.stream>>>(logits.data(), logits.row_stride(), t, static_cast<int>(e), p,
                                                     ids.data(), ids.row_stride(), weights.data(), weights.row_stride(),
                                                     static_cast<int>(k));
@@ -140,7 +140,7 @@ inline index_t make_dispatch_plan(const cuda_context& ctx, const dispatch_params
   int end_bit = 1;
   while ((index_t(1) << end_bit) < experts + 1) ++end_bit;
   if (pairs > 0) {
-    flatten_ids_kernel<<<routing_grid(pairs), routing_block, 0, ctx.stream>>>(ids.data(), ids.row_stride(), t, k, keys, rows);
+    flatten_ids_kernel<<<grid_for(pairs, routing_block), routing_block, 0, ctx.stream>>>(ids.data(), ids.row_stride(), t, k, keys, rows);
     MOECOMP_CUDA_TRY(cudaGetLastError());
   }
   std::size_t bytes = temp_bytes;
@@ -149,7 +149,7 @@ inline index_t make_dispatch_plan(const cuda_context& ctx, const dispatch_params
   bytes = temp_bytes;
   MOECOMP_CUDA_TRY(cub::DeviceHistogram::HistogramEven(temp, bytes, keys, counts, static_cast<int>(experts + 1), 0,
                                                        static_cast<int>(experts), static_cast<int>(pairs), ctx.stream));
-  padded_counts_kernel<<<routing_grid(experts), routing_block, 0, ctx.stream>>>(
+  padded_counts_kernel<<<grid_for(experts, routing_block), routing_block, 0, ctx.stream>>>(
       counts, static_cast<int>(experts), static_cast<int>(params.block_size), static_cast<int>(params.capacity), kept,
       padded);
   MOECOMP_CUDA_TRY(cudaGetLastError());
@@ -160,11 +160,11 @@ inline index_t make_dispatch_plan(const cuda_context& ctx, const dispatch_params
   MOECOMP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, bytes, counts, count_offsets, static_cast<int>(experts + 1), ctx.stream));
   bytes = temp_bytes;
   MOECOMP_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp, bytes, padded, padded_offsets, static_cast<int>(experts + 1), ctx.stream));
-  fill_plan_kernel<<<routing_grid(capacity > pairs ? capacity : pairs), routing_block, 0, ctx.stream>>>(
+  fill_plan_kernel<<<grid_for(capacity > pairs ? capacity : pairs, routing_block), routing_block, 0, ctx.stream>>>(
       plan.sorted_token_ids.data(), capacity, pairs, plan.position.data(), pairs);
   MOECOMP_CUDA_TRY(cudaGetLastError());
   if (pairs > 0) {
-    scatter_plan_kernel<<<routing_grid(pairs), routing_block, 0, ctx.stream>>>(
+    scatter_plan_kernel<<<grid_for(pairs, routing_block), routing_block, 0, ctx.stream>>>(
         sorted_keys, sorted_rows, pairs, static_cast<int>(experts), count_offsets, padded_offsets, kept,
         plan.sorted_token_ids.data(), plan.position.data());
     MOECOMP_CUDA_TRY(cudaGetLastError());
@@ -174,11 +174,11 @@ inline index_t make_dispatch_plan(const cuda_context& ctx, const dispatch_params
   MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
   const index_t blocks = total / params.block_size;
   if (blocks > 0) {
-    block_experts_kernel<<<routing_grid(blocks), routing_block, 0, ctx.stream>>>(
+    block_experts_kernel<<<grid_for(blocks, routing_block), routing_block, 0, ctx.stream>>>(
         padded_offsets, static_cast<int>(experts), static_cast<int>(params.block_size), blocks, plan.expert_ids.data());
     MOECOMP_CUDA_TRY(cudaGetLastError());
   }
-  plan_outputs_kernel<<<routing_grid(experts + 1), routing_block, 0, ctx.stream>>>(
+  plan_outputs_kernel<<<grid_for(experts + 1, routing_block), routing_block, 0, ctx.stream>>>(
       kept, padded_offsets, static_cast<int>(experts), plan.counts.data(), plan.counts.stride(), plan.offsets.data(),
       plan.offsets.stride());
   MOECOMP_CUDA_TRY(cudaGetLastError());

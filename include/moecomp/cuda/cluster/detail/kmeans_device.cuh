@@ -359,10 +359,6 @@ MOECOMP_KERNEL void strided_convert_kernel(const From* src, index_t count, To* d
     dst[i * stride] = static_cast<To>(src[i]);
 }
 
-inline unsigned grid_for(index_t items, index_t per_block = kmeans_block) {
-  return static_cast<unsigned>(std::max<index_t>(1, std::min<index_t>(ceil_div(items, per_block), max_grid_x)));
-}
-
 /// Column variances (population): one thread per column, the rows in order, two passes, in double, as the
 /// host's scaled_tolerance.
 template <class T>
@@ -400,10 +396,10 @@ class device_kmeans {
   kmeans_result fit(matrix_view<T, device_memory> centers, vector_view<std::int64_t, device_memory> labels,
                     vector_view<index_t, device_memory> sizes) {
     const index_t n = plan_.n, d = plan_.d, k = plan_.k;
-    squared_row_norms_kernel<T><<<grid_for(n), kmeans_block, 0, ctx_.stream>>>(data_.x, data_.x_ld, n, d,
+    squared_row_norms_kernel<T><<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(data_.x, data_.x_ld, n, d,
                                                                                 piece<T>(plan_.x_norms));
     MOECOMP_CUDA_TRY(cudaGetLastError());
-    iota_kernel<<<grid_for(n), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.row_ids), n);
+    iota_kernel<<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.row_ids), n);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     scaled_tolerance_ = params_.tolerance == 0 ? 0.0 : params_.tolerance * mean_column_variance();
     if (plan_.bounded) {
@@ -431,12 +427,12 @@ class device_kmeans {
     }
     copy_rows_async<T>(ctx_, centers.data(), centers.row_stride(), piece<T>(plan_.best_centers), d, d, k,
                        cudaMemcpyDeviceToDevice);
-    strided_convert_kernel<std::int64_t, std::int64_t><<<grid_for(n), kmeans_block, 0, ctx_.stream>>>(
+    strided_convert_kernel<std::int64_t, std::int64_t><<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
         piece<std::int64_t>(plan_.best_labels), n, labels.data(), labels.stride());
     MOECOMP_CUDA_TRY(cudaGetLastError());
     labels_to_keys(piece<std::int64_t>(plan_.best_labels));
     histogram();
-    strided_convert_kernel<index_t, int><<<grid_for(k), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.counts), k,
+    strided_convert_kernel<index_t, int><<<grid_for(k, kmeans_block), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.counts), k,
                                                                                          sizes.data(), sizes.stride());
     MOECOMP_CUDA_TRY(cudaGetLastError());
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
@@ -459,7 +455,7 @@ class device_kmeans {
 
   double mean_column_variance() {
     const index_t d = plan_.d;
-    column_variance_kernel<T><<<grid_for(d), kmeans_block, 0, ctx_.stream>>>(data_.x, data_.x_ld, plan_.n, d,
+    column_variance_kernel<T><<<grid_for(d, kmeans_block), kmeans_block, 0, ctx_.stream>>>(data_.x, data_.x_ld, plan_.n, d,
                                                                               piece<double>(plan_.column_stats));
     MOECOMP_CUDA_TRY(cudaGetLastError());
     std::vector<double> host(static_cast<std::size_t>(d));
@@ -472,7 +468,7 @@ class device_kmeans {
   }
 
   void labels_to_keys(const std::int64_t* labels) {
-    strided_convert_kernel<int, std::int64_t><<<grid_for(plan_.n), kmeans_block, 0, ctx_.stream>>>(
+    strided_convert_kernel<int, std::int64_t><<<grid_for(plan_.n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
         labels, plan_.n, piece<int>(plan_.keys), 1);
     MOECOMP_CUDA_TRY(cudaGetLastError());
   }
@@ -487,7 +483,7 @@ class device_kmeans {
   }
 
   void center_norms() {
-    squared_row_norms_kernel<T><<<grid_for(plan_.k), kmeans_block, 0, ctx_.stream>>>(
+    squared_row_norms_kernel<T><<<grid_for(plan_.k, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
         piece<T>(plan_.centers), plan_.d, plan_.k, plan_.d, piece<T>(plan_.center_norms));
     MOECOMP_CUDA_TRY(cudaGetLastError());
   }
@@ -522,7 +518,7 @@ class device_kmeans {
     for (index_t first = 0; first < n; first += plan_.tile_rows) {
       const index_t rows = std::min(plan_.tile_rows, n - first);
       tile_gemm(first, rows, piece<T>(plan_.centers), k);
-      bounded_cost_kernel<T><<<grid_for(rows * k), kmeans_block, 0, ctx_.stream>>>(
+      bounded_cost_kernel<T><<<grid_for(rows * k, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
           data_, piece<T>(plan_.tile), rows, first, piece<T>(plan_.x_norms), piece<T>(plan_.center_norms), costs);
       MOECOMP_CUDA_TRY(cudaGetLastError());
     }
@@ -555,7 +551,7 @@ class device_kmeans {
     int* device_ids = piece<int>(plan_.reseed_pairs);
     MOECOMP_CUDA_TRY(cudaMemcpyAsync(device_ids, ids, sizeof(int) * static_cast<std::size_t>(k), cudaMemcpyHostToDevice,
                                      ctx_.stream));
-    gather_rows_kernel<T><<<grid_for(k * plan_.d), kmeans_block, 0, ctx_.stream>>>(
+    gather_rows_kernel<T><<<grid_for(k * plan_.d, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
         data_.x, data_.x_ld, device_ids, k, plan_.d, piece<T>(plan_.centers));
     MOECOMP_CUDA_TRY(cudaGetLastError());
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));  // the pinned ids are reused
@@ -564,13 +560,13 @@ class device_kmeans {
   /// Distances of every row to `count` points (their norms computed here) against closest, through the
   /// tile; dist and weighted (count x n) as candidate_distance_kernel writes them.
   void distances_to(const T* points, T* point_norms, index_t count, bool first_centre) {
-    squared_row_norms_kernel<T><<<grid_for(count), kmeans_block, 0, ctx_.stream>>>(points, plan_.d, count, plan_.d,
+    squared_row_norms_kernel<T><<<grid_for(count, kmeans_block), kmeans_block, 0, ctx_.stream>>>(points, plan_.d, count, plan_.d,
                                                                                     point_norms);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     for (index_t first = 0; first < plan_.n; first += plan_.tile_rows) {
       const index_t rows = std::min(plan_.tile_rows, plan_.n - first);
       tile_gemm(first, rows, points, count);
-      candidate_distance_kernel<T><<<grid_for(rows * count), kmeans_block, 0, ctx_.stream>>>(
+      candidate_distance_kernel<T><<<grid_for(rows * count, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
           data_, piece<T>(plan_.tile), rows, first, count, piece<T>(plan_.x_norms), point_norms,
           piece<double>(plan_.cumulative), first_centre, piece<double>(plan_.trial_dist),
           piece<double>(plan_.weighted));
@@ -611,10 +607,10 @@ class device_kmeans {
       for (index_t t = 0; t < trials; ++t) targets[static_cast<std::size_t>(t)] = rng.uniform<double>() * potential;
       MOECOMP_CUDA_TRY(cudaMemcpyAsync(piece<double>(plan_.targets), targets.data(), sizeof(double) * trials,
                                        cudaMemcpyHostToDevice, ctx_.stream));
-      draw_candidates_kernel<<<grid_for(trials), kmeans_block, 0, ctx_.stream>>>(
+      draw_candidates_kernel<<<grid_for(trials, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
           cumulative, n, piece<double>(plan_.targets), trials, piece<int>(plan_.candidate_ids));
       MOECOMP_CUDA_TRY(cudaGetLastError());
-      gather_rows_kernel<T><<<grid_for(trials * d), kmeans_block, 0, ctx_.stream>>>(
+      gather_rows_kernel<T><<<grid_for(trials * d, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
           data_.x, data_.x_ld, piece<int>(plan_.candidate_ids), trials, d, piece<T>(plan_.candidates));
       MOECOMP_CUDA_TRY(cudaGetLastError());
       // closest must not change while the candidates' kernel reads it: it lives in cumulative's neighbour.
@@ -660,7 +656,7 @@ class device_kmeans {
       if (pinned_ints_[j] == 0) empty_clusters.push_back(static_cast<int>(j));
     if (empty_clusters.empty()) return 0;
     const auto empty = static_cast<index_t>(empty_clusters.size());
-    row_distance_kernel<T><<<grid_for(n), kmeans_block, 0, ctx_.stream>>>(
+    row_distance_kernel<T><<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
         data_, piece<T>(plan_.centers), piece<std::int64_t>(plan_.labels), false, piece<double>(plan_.row_values));
     MOECOMP_CUDA_TRY(cudaGetLastError());
     std::size_t bytes = plan_.cub_temp_bytes;
@@ -678,7 +674,7 @@ class device_kmeans {
     }
     MOECOMP_CUDA_TRY(cudaMemcpyAsync(piece<int>(plan_.reseed_pairs), moves.data(), sizeof(int) * moves.size(),
                                      cudaMemcpyHostToDevice, ctx_.stream));
-    move_rows_kernel<<<grid_for(empty), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.reseed_pairs),
+    move_rows_kernel<<<grid_for(empty, kmeans_block), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.reseed_pairs),
                                                                         static_cast<int>(empty), piece<int>(plan_.keys));
     MOECOMP_CUDA_TRY(cudaGetLastError());
     MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));  // moves is a host vector
@@ -750,7 +746,7 @@ class device_kmeans {
       }
     }
     if (!labels_settled) (void)assign_step();
-    row_distance_kernel<T><<<grid_for(n), kmeans_block, 0, ctx_.stream>>>(
+    row_distance_kernel<T><<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
         data_, piece<T>(plan_.centers), piece<std::int64_t>(plan_.labels), true, piece<double>(plan_.row_values));
     MOECOMP_CUDA_TRY(cudaGetLastError());
     std::size_t bytes = plan_.cub_temp_bytes;

@@ -244,9 +244,6 @@ MOECOMP_KERNEL void combine_kernel(const std::int64_t* position, const T* weight
     }
 }
 
-inline unsigned routing_grid(index_t items, index_t per_block = routing_block) {
-  return static_cast<unsigned>(std::max<index_t>(1, std::min<index_t>(ceil_div(items, per_block), max_grid_x)));
-}
 
 }  // namespace cuda_detail
 }  // namespace gating

@@ -300,9 +300,8 @@ struct auction_readback {
   double total;
 };
 
-inline unsigned grid_for(index_t items, int block) {
-  return static_cast<unsigned>(std::max<index_t>(1, std::min<index_t>(ceil_div(items, block), index_t(1) << 16)));
-}
+/// The auction's launches cap their grids at 2^16 blocks.
+inline constexpr index_t auction_max_grid = index_t(1) << 16;
 
 /// The epsilon schedule the host solver uses, from the statistics of the finite costs.
 struct epsilon_schedule {
@@ -371,8 +370,8 @@ auction_outcome run_auction_phases(const cuda_context& ctx, const auction_params
   auction_outcome outcome;
   outcome.final_epsilon = schedule.final;
   const int m = a.m;
-  const unsigned column_grid = grid_for(m, auction_block);
-  const unsigned bid_grid = grid_for(m, auction_block / 32);
+  const unsigned column_grid = grid_for(m, auction_block, auction_max_grid);
+  const unsigned bid_grid = grid_for(m, auction_block / 32, auction_max_grid);
   MOECOMP_CUDA_TRY(cudaMemsetAsync(s.bids, 0, sizeof(unsigned long long), ctx.stream));
   double epsilon = schedule.initial;
   for (;;) {
@@ -466,7 +465,7 @@ auction_result run_assignment(const cuda_context& ctx, const auction_params& par
   const double range = n > 0 ? stats.max - stats.min : 0.0;
   const epsilon_schedule schedule = make_epsilon_schedule(params, m, range, integer);
   if (prices == nullptr || !params.warm_start) {
-    fill_zero_kernel<<<grid_for(m, auction_block), auction_block, 0, ctx.stream>>>(state.price, static_cast<int>(m));
+    fill_zero_kernel<<<grid_for(m, auction_block, auction_max_grid), auction_block, 0, ctx.stream>>>(state.price, static_cast<int>(m));
     MOECOMP_CUDA_CHECK_LAUNCH();
   }
   const pinned_scalars<auction_readback> readback(1);

@@ -218,7 +218,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
   MOECOMP_CUDA_TRY(cudaMemcpyAsync(device_weights, weights.data(), static_cast<std::size_t>(k) * sizeof(double),
                                    cudaMemcpyHostToDevice, ctx.stream));
   moecomp::detail::copy_rows_async<T>(ctx, x, d, init.data(), init.row_stride(), d, n, cudaMemcpyDeviceToDevice);
-  fill_zero_kernel<<<grid_for(k * n, auction_block), auction_block, 0, ctx.stream>>>(prices, static_cast<int>(k * n));
+  fill_zero_kernel<<<grid_for(k * n, auction_block, auction_max_grid), auction_block, 0, ctx.stream>>>(prices, static_cast<int>(k * n));
   MOECOMP_CUDA_CHECK_LAUNCH();
   // Defined output even when the first round fails: the identity.
   {
@@ -274,7 +274,7 @@ free_support_barycenter_device_result run_barycenter(const cuda_context& ctx,
 
   bool optimal_for_x = false, failed = false;
   result.status = moecomp::status::iteration_limit;
-  const unsigned element_grid = grid_for(k * n, auction_block);
+  const unsigned element_grid = grid_for(k * n, auction_block, auction_max_grid);
   for (index_t iteration = 1; iteration <= params.max_iterations; ++iteration) {
     if (!assign_all(x, /*warm=*/iteration > 1)) {
       failed = true;

@@ -123,9 +123,6 @@ cka_device_plan make_cka_plan(const char* fn, const cka_params& params, index_t 
   return p;
 }
 
-inline unsigned cka_grid(index_t items) {
-  return static_cast<unsigned>(std::max<index_t>(1, std::min<index_t>(ceil_div(items, cka_block), max_grid_x)));
-}
 
 template <class T>
 MOECOMP_KERNEL void __launch_bounds__(cka_block)
@@ -294,22 +291,22 @@ cka_device_products run_cka_products(const cuda_context& ctx, const cka_params& 
   for (index_t e = 0; e < e_count; ++e) {
     const device_input<T>& in = inputs[static_cast<std::size_t>(e)];
     double* norms = row_norms + e * n;
-    column_means_kernel<T><<<cka_grid(in.d), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means);
+    column_means_kernel<T><<<grid_for(in.d, cka_block), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means);
     MOECOMP_CUDA_TRY(cudaGetLastError());
-    centred_row_norms_kernel<T><<<cka_grid(n), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means, norms);
+    centred_row_norms_kernel<T><<<grid_for(n, cka_block), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means, norms);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     std::size_t bytes = plan.cub_bytes;
     MOECOMP_CUDA_TRY(cub::DeviceReduce::Sum(at<std::byte>(base, plan.cub_temp), bytes, norms, scalars,
                                             static_cast<int>(n), ctx.stream));
     T* x = features + offsets[static_cast<std::size_t>(e)];
-    scale_features_kernel<T><<<cka_grid(n * in.d), cka_block, 0, ctx.stream>>>(
+    scale_features_kernel<T><<<grid_for(n * in.d, cka_block), cka_block, 0, ctx.stream>>>(
         in.x, in.ld, n, in.d, means, scalars, transposed, x, norms, reports + e);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     if (transposed) continue;
     T* g = at<T>(base, plan.grams) + e * n * n;
     gemm_abt(blas.handle(), n, n, in.d, x, in.d, x, in.d, g, n);
     if (plan.rbf) {
-      distances_kernel<T><<<cka_grid(n * n), cka_block, 0, ctx.stream>>>(g, n, norms);
+      distances_kernel<T><<<grid_for(n * n, cka_block), cka_block, 0, ctx.stream>>>(g, n, norms);
       MOECOMP_CUDA_TRY(cudaGetLastError());
       if (params.sigma <= 0) {
         bytes = plan.cub_bytes;
@@ -320,15 +317,15 @@ cka_device_products run_cka_products(const cuda_context& ctx, const cka_params& 
       bandwidth_kernel<T><<<1, 1, 0, ctx.stream>>>(at<T>(base, plan.sorted), n * n, params.sigma, params.threshold,
                                                    reports + e);
       MOECOMP_CUDA_TRY(cudaGetLastError());
-      rbf_kernel<T><<<cka_grid(n * n), cka_block, 0, ctx.stream>>>(g, n * n, reports + e);
+      rbf_kernel<T><<<grid_for(n * n, cka_block), cka_block, 0, ctx.stream>>>(g, n * n, reports + e);
       MOECOMP_CUDA_TRY(cudaGetLastError());
     }
-    gram_row_means_kernel<T><<<cka_grid(n), cka_block, 0, ctx.stream>>>(g, n, params.unbiased, row_sums);
+    gram_row_means_kernel<T><<<grid_for(n, cka_block), cka_block, 0, ctx.stream>>>(g, n, params.unbiased, row_sums);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     bytes = plan.cub_bytes;
     MOECOMP_CUDA_TRY(cub::DeviceReduce::Sum(at<std::byte>(base, plan.cub_temp), bytes, row_sums, scalars + 1,
                                             static_cast<int>(n), ctx.stream));
-    centre_gram_kernel<T><<<cka_grid(n * n), cka_block, 0, ctx.stream>>>(g, n, row_sums, scalars + 1, params.unbiased);
+    centre_gram_kernel<T><<<grid_for(n * n, cka_block), cka_block, 0, ctx.stream>>>(g, n, row_sums, scalars + 1, params.unbiased);
     MOECOMP_CUDA_TRY(cudaGetLastError());
   }
   MOECOMP_CUDA_TRY(cudaMemsetAsync(products, 0, sizeof(double) * static_cast<std::size_t>(e_count * e_count), ctx.stream));
@@ -337,7 +334,7 @@ cka_device_products run_cka_products(const cuda_context& ctx, const cka_params& 
     for (index_t first = 0; first < n * n; first += cka_product_chunk) {
       const index_t len = std::min(cka_product_chunk, n * n - first);
       gemm_abt(blas.handle(), e_count, e_count, len, grams + first, n * n, grams + first, n * n, chunk, e_count);
-      accumulate_kernel<T><<<cka_grid(e_count * e_count), cka_block, 0, ctx.stream>>>(chunk, e_count * e_count,
+      accumulate_kernel<T><<<grid_for(e_count * e_count, cka_block), cka_block, 0, ctx.stream>>>(chunk, e_count * e_count,
                                                                                        products);
       MOECOMP_CUDA_TRY(cudaGetLastError());
     }
