@@ -154,15 +154,27 @@ TEST_CASE_TEMPLATE("ffn_forward equals the direct computation for every activati
 }
 
 TEST_CASE("ffn_forward: the same bits at 1, 2 and 3 threads, and ffn_hidden feeds W2") {
-  const index_t n = 700, d = 32, d_ff = 48;
+  const index_t n = 700, d = 32, d_ff = 48;  // 700 tokens: three tiles, the last one partial
   const expert_data<float> e(d, d_ff, true, true, 3);
   const auto x = tokens<float>(n, d, 4);
   moe::ffn_params p;
-  moecomp::host_matrix<float> y1(n, d), y3(n, d), h(n, d_ff), y_from_h(n, d);
+  moecomp::host_matrix<float> y1(n, d), h1(n, d_ff), h(n, d_ff);
   moe::ffn_forward<float>(moecomp::host_context(1), p, e.view(), x.const_view(), y1.view());
-  moe::ffn_forward<float>(moecomp::host_context(3), p, e.view(), x.const_view(), y3.view());
-  CHECK(std::equal(y1.data(), y1.data() + n * d, y3.data()));
-  moe::ffn_hidden<float>(moecomp::host_context(2), p, e.view(), x.const_view(), h.view());
+  moe::ffn_hidden<float>(moecomp::host_context(1), p, e.view(), x.const_view(), h1.view());
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    moecomp::host_matrix<float> y(n, d);
+    moe::ffn_forward<float>(moecomp::host_context(threads), p, e.view(), x.const_view(), y.view());
+    CHECK(std::equal(y1.data(), y1.data() + n * d, y.data()));
+    moe::ffn_hidden<float>(moecomp::host_context(threads), p, e.view(), x.const_view(), h.view());
+    CHECK(std::equal(h1.data(), h1.data() + n * d_ff, h.data()));
+  }
+  // 16-bit storage goes through the same tiles.
+  const expert_data<moecomp::bfloat16> b(d, d_ff, true, false, 3);
+  moecomp::host_matrix<float> b1(n, d), b3(n, d);
+  moe::ffn_forward<moecomp::bfloat16>(moecomp::host_context(1), p, b.view(), x.const_view(), b1.view());
+  moe::ffn_forward<moecomp::bfloat16>(moecomp::host_context(3), p, b.view(), x.const_view(), b3.view());
+  CHECK(std::equal(b1.data(), b1.data() + n * d, b3.data()));
   // y = h W2^T + b2, by hand for a few tokens.
   for (index_t t : {index_t(0), index_t(350), index_t(699)})
     for (index_t o = 0; o < d; ++o) {
@@ -216,10 +228,15 @@ TEST_CASE("expert representations: vectorised and surrogate weights, mean output
   moecomp::host_matrix<double> v(e, moe::vectorized_weights_size(stack));
   moe::vectorized_weights<double>(stack, v.view());
   CHECK(v.cols() == 3 * d_ff * d);
+  // Every entry: W1 row-major, then W2 row-major, then W3 row-major, copied exactly.
   for (index_t a = 0; a < e; ++a) {
-    CHECK(v(a, 0) == w1[static_cast<std::size_t>(a * d_ff * d)]);                          // W1 first
-    CHECK(v(a, d_ff * d) == w2[static_cast<std::size_t>(a * d * d_ff)]);                   // then W2
-    CHECK(v(a, 3 * d_ff * d - 1) == w3[static_cast<std::size_t>((a + 1) * d_ff * d - 1)]);  // W3 last
+    const auto base = static_cast<std::size_t>(a * d_ff * d);
+    for (index_t k = 0; k < d_ff * d; ++k) {
+      const auto i = static_cast<std::size_t>(k);
+      CHECK(v(a, k) == w1[base + i]);
+      CHECK(v(a, d_ff * d + k) == w2[base + i]);
+      CHECK(v(a, 2 * d_ff * d + k) == w3[base + i]);
+    }
   }
   moecomp::host_matrix<double> s(e, d * d);
   moe::surrogate_weights<double>(ctx, stack, s.view());
@@ -288,4 +305,107 @@ TEST_CASE("ffn and representations: bad input is refused with a message naming t
   moecomp::host_matrix<float> s_wrong(1, 60);
   CHECK_THROWS_WITH_AS(moe::surrogate_weights<float>(ctx, stack, s_wrong.view()),
                        "surrogate_weights: out must be 1 x 64 (experts x d^2), got 1 x 60", moecomp::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("surrogate weights on a hand-computed example: W2 (W1 o W3), and W2 W1 without W3", W, float, double,
+                   moecomp::bfloat16, moecomp::half) {
+  using A = moecomp::accumulator_t<W>;
+  // Small integers: exact in every storage type and every accumulation.
+  //   W1 = [1 2; 3 4], W3 = [5 6; 7 8], W1 o W3 = [5 12; 21 32], W2 = [1 0; 2 1]
+  //   W2 (W1 o W3) = [5 12; 2*5+21 2*12+32] = [5 12; 31 56];   W2 W1 = [1 2; 2+3 4+4] = [1 2; 5 8].
+  auto stored = [](std::initializer_list<double> v) {
+    std::vector<W> out;
+    for (double x : v) out.push_back(moecomp::convert_to<W>(x));
+    return out;
+  };
+  const auto w1 = stored({1, 2, 3, 4}), w3 = stored({5, 6, 7, 8}), w2 = stored({1, 0, 2, 1});
+  moe::ffn_expert_stack_view<W> gated{moecomp::make_matrix_stack_view(w1.data(), 1, 2, 2),
+                                      moecomp::make_matrix_stack_view(w3.data(), 1, 2, 2),
+                                      moecomp::make_matrix_stack_view(w2.data(), 1, 2, 2), {}, {}, {}};
+  moecomp::host_matrix<A> s(1, 4);
+  moe::surrogate_weights<W>(moecomp::host_context(1), gated, s.view());
+  CHECK(std::vector<A>(s.data(), s.data() + 4) == std::vector<A>{5, 12, 31, 56});
+  auto plain = gated;
+  plain.w3 = {};
+  moe::surrogate_weights<W>(moecomp::host_context(1), plain, s.view());
+  CHECK(std::vector<A>(s.data(), s.data() + 4) == std::vector<A>{1, 2, 5, 8});
+}
+
+TEST_CASE("surrogate weights ignore the order of the neurons and do not depend on the thread count") {
+  const index_t e = 5, d = 6, d_ff = 9;
+  std::vector<float> w1, w3, w2;
+  moecomp::random_generator rng(40);
+  for (index_t i = 0; i < e * d_ff * d; ++i) {
+    w1.push_back(rng.normal<float>());
+    w3.push_back(rng.normal<float>());
+    w2.push_back(rng.normal<float>());
+  }
+  auto stack_of = [&](const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c) {
+    return moe::ffn_expert_stack_view<float>{moecomp::make_matrix_stack_view(a.data(), e, d_ff, d),
+                                             moecomp::make_matrix_stack_view(b.data(), e, d_ff, d),
+                                             moecomp::make_matrix_stack_view(c.data(), e, d, d_ff), {}, {}, {}};
+  };
+  moecomp::host_matrix<float> s1(e, d * d), s3(e, d * d), sp(e, d * d);
+  moe::surrogate_weights<float>(moecomp::host_context(1), stack_of(w1, w3, w2), s1.view());
+  moe::surrogate_weights<float>(moecomp::host_context(3), stack_of(w1, w3, w2), s3.view());
+  CHECK(std::equal(s1.data(), s1.data() + e * d * d, s3.data()));
+  // Reverse every expert's neurons: rows of W1 and W3, columns of W2.
+  std::vector<float> p1 = w1, p3 = w3, p2 = w2;
+  for (index_t a = 0; a < e; ++a)
+    for (index_t i = 0; i < d_ff; ++i)
+      for (index_t j = 0; j < d; ++j) {
+        const auto to = static_cast<std::size_t>((a * d_ff + i) * d + j);
+        const auto from = static_cast<std::size_t>((a * d_ff + (d_ff - 1 - i)) * d + j);
+        p1[to] = w1[from];
+        p3[to] = w3[from];
+        p2[static_cast<std::size_t>((a * d + j) * d_ff + i)] = w2[static_cast<std::size_t>((a * d + j) * d_ff + (d_ff - 1 - i))];
+      }
+  moe::surrogate_weights<float>(moecomp::host_context(2), stack_of(p1, p3, p2), sp.view());
+  for (index_t a = 0; a < e; ++a)
+    for (index_t k = 0; k < d * d; ++k) CHECK(sp(a, k) == doctest::Approx(s1(a, k)).epsilon(1e-5));
+}
+
+TEST_CASE("ffn stacks and representations: more bad input, each message naming the argument") {
+  const expert_data<float> e(8, 12, true, false, 50);
+  const auto x = tokens<float>(5, 8, 51);
+  const moecomp::host_context ctx(1);
+  const moe::ffn_params p;
+  // A stack of two experts whose W2 holds one.
+  std::vector<float> w1(2 * 12 * 8, 0.5f), w2(12 * 8, 0.5f);
+  moe::ffn_expert_stack_view<float> stack{moecomp::make_matrix_stack_view(static_cast<const float*>(w1.data()), 2, 12, 8),
+                                          {},
+                                          moecomp::make_matrix_stack_view(static_cast<const float*>(w2.data()), 1, 8, 12),
+                                          {}, {}, {}};
+  moecomp::host_matrix<float> mean(2, 8);
+  CHECK_THROWS_WITH_AS(moe::expert_mean_outputs<float>(ctx, p, stack, x.const_view(), mean.view()),
+                       "expert_mean_outputs: w2 must hold 2 experts like w1, got 1", moecomp::invalid_argument);
+  // b3 without w3.
+  auto plain = e.view();
+  plain.w3 = {};
+  const std::vector<float> b3(12, 1.0f);
+  plain.b3 = moecomp::make_vector_view(b3.data(), 12);
+  moecomp::host_matrix<float> y(5, 8);
+  CHECK_THROWS_WITH_AS(moe::ffn_forward<float>(ctx, p, plain, x.const_view(), y.view()),
+                       "ffn_forward: b3 must be empty or have 12 entries (d_ff) with w3, got 12 without w3",
+                       moecomp::invalid_argument);
+  // The output may not overlap the tokens.
+  moecomp::host_matrix<float> xy = tokens<float>(5, 8, 52);
+  CHECK_THROWS_WITH_AS(moe::ffn_forward<float>(ctx, p, e.view(), xy.const_view(), xy.view()),
+                       "ffn_forward: y must not overlap x", moecomp::invalid_argument);
+  // Mean outputs need tokens; router bias one entry per expert.
+  const moecomp::host_matrix<float> none(0, 8);
+  const std::vector<float> w2_two(2 * 8 * 12, 0.5f);
+  stack.w2 = moecomp::make_matrix_stack_view(w2_two.data(), 2, 8, 12);
+  CHECK_THROWS_WITH_AS(moe::expert_mean_outputs<float>(ctx, p, stack, none.const_view(), mean.view()),
+                       "expert_mean_outputs: x must hold at least one token, got 0", moecomp::invalid_argument);
+  const auto router = tokens<float>(3, 8, 53);
+  const std::vector<float> bias(2, 0.0f);
+  moecomp::host_matrix<float> logits(5, 3);
+  CHECK_THROWS_WITH_AS(moe::router_logits<float>(ctx, x.const_view(), router.const_view(),
+                                                 moecomp::make_vector_view(bias.data(), 2), logits.view()),
+                       "router_logits: bias must be empty or have 3 entries (experts), got 2", moecomp::invalid_argument);
+  moecomp::host_matrix<float> v_wrong(2, 10);
+  CHECK_THROWS_WITH_AS(moe::vectorized_weights<float>(stack, v_wrong.view()),
+                       "vectorized_weights: out must be 2 x 192 (experts x (2 or 3) d_ff d), got 2 x 10",
+                       moecomp::invalid_argument);
 }

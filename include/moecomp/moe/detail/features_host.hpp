@@ -1,5 +1,5 @@
 #pragma once
-// Expert representations on the host, behind <moecomp/similarity/expert_features.hpp>.
+// Expert representations on the host, behind <moecomp/moe/features.hpp>.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
