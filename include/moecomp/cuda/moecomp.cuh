@@ -39,4 +39,5 @@
 #include <moecomp/cuda/ot/free_support_barycenter.cuh>
 #include <moecomp/cuda/ot/sinkhorn.cuh>
 #include <moecomp/cuda/gating/routing.cuh>
+#include <moecomp/cuda/moe/expert.cuh>
 #include <moecomp/cuda/similarity/cka.cuh>
