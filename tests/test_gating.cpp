@@ -10,6 +10,7 @@
 
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -133,6 +134,86 @@ TEST_CASE_TEMPLATE("the dense, fixed-K and CSR layouts agree, at any thread coun
     for (index_t j = 0; j < e; ++j) CHECK(dense(i, j) == dense3(i, j));
   }
   CHECK(r1.experts_per_token_mean == doctest::Approx(double(r1.selected) / double(t)));
+}
+
+TEST_CASE("top-k and the tau rules select exactly what a full sort selects, ties included") {
+  // The fast selection ranks only the experts at or above a bound; here every choice is checked against a
+  // stable sort of (score descending, index ascending) of the same logits, on data with many exact ties
+  // (logits on a grid of 5 values) and without, for expert counts that k does and does not divide, k past
+  // 64 and k = E. Score "none" makes the reference's scores the logits themselves; softmax and sigmoid are
+  // increasing, so they select the same experts from these well-separated logits.
+  moecomp::random_generator rng(17);
+  for (const index_t e : {1, 7, 16, 64, 130}) {
+    for (const bool grid : {true, false}) {
+      const index_t t = 120;
+      moecomp::host_matrix<double> logits(t, e);
+      for (index_t i = 0; i < t; ++i)
+        for (index_t j = 0; j < e; ++j)
+          logits(i, j) = grid ? static_cast<double>(rng.uniform_index(5)) - 2.0 : rng.normal<double>();
+      auto reference = [&](index_t i) {
+        std::vector<index_t> order(static_cast<std::size_t>(e));
+        for (index_t j = 0; j < e; ++j) order[static_cast<std::size_t>(j)] = j;
+        std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) { return logits(i, a) > logits(i, b); });
+        return order;
+      };
+      for (const auto f : {gating::score_function::none, gating::score_function::softmax, gating::score_function::sigmoid}) {
+        for (const index_t k : {index_t(1), index_t(3), index_t(8), index_t(65), e}) {
+          if (k > e) continue;
+          auto p = rule(gating::routing_rule::top_k, f);
+          p.top_k = k;
+          moecomp::host_matrix<std::int64_t> ids(t, k);
+          moecomp::host_matrix<double> w(t, k);
+          (void)gating::route_fixed<double>(moecomp::host_context(2), p, logits.const_view(), {}, ids.view(), w.view());
+          for (index_t i = 0; i < t; ++i) {
+            const auto order = reference(i);
+            for (index_t q = 0; q < k; ++q) {
+              CAPTURE(e);
+              CAPTURE(k);
+              CAPTURE(i);
+              CHECK(ids(i, q) == order[static_cast<std::size_t>(q)]);
+            }
+          }
+        }
+        for (const auto r : {gating::routing_rule::threshold, gating::routing_rule::threshold_code}) {
+          for (const index_t max_k : {index_t(0), index_t(2)}) {
+            auto p = rule(r, f);
+            p.tau = 0.3;
+            p.max_k = std::min(max_k, e);
+            p.min_k = std::min(index_t(2), p.max_k > 0 ? p.max_k : e);
+            const index_t k = gating::max_experts_per_token(p, e);
+            moecomp::host_matrix<std::int64_t> ids(t, k);
+            moecomp::host_matrix<double> w(t, k);
+            (void)gating::route_fixed<double>(moecomp::host_context(1), p, logits.const_view(), {}, ids.view(), w.view());
+            for (index_t i = 0; i < t; ++i) {
+              // The reference: the sorted prefix whose scores pass the rule's bound, then min_k and max_k.
+              const auto order = reference(i);
+              std::vector<double> s(static_cast<std::size_t>(e));
+              double top = -1e300;
+              for (index_t j = 0; j < e; ++j) {
+                const double v = logits(i, j);
+                s[static_cast<std::size_t>(j)] = f == gating::score_function::sigmoid ? 1.0 / (1.0 + std::exp(-v)) : v;
+                top = std::max(top, s[static_cast<std::size_t>(j)]);
+              }
+              if (f == gating::score_function::softmax) {  // s_i >= c max s  <=>  e^(l_i - max l) >= c
+                for (auto& v : s) v = std::exp(v - top);
+                top = 1.0;
+              }
+              const double bound = (r == gating::routing_rule::threshold ? p.tau : 1.0 - p.tau) * top;
+              index_t taken = 0;
+              while (taken < e && s[static_cast<std::size_t>(order[static_cast<std::size_t>(taken)])] >= bound) ++taken;
+              taken = std::max(taken, p.min_k);
+              if (p.max_k > 0) taken = std::min(taken, p.max_k);
+              for (index_t q = 0; q < k; ++q) {
+                CAPTURE(e);
+                CAPTURE(i);
+                CHECK(ids(i, q) == (q < taken ? order[static_cast<std::size_t>(q)] : e));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("routing: bad input is refused with a message naming the argument") {

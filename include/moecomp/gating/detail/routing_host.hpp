@@ -1,12 +1,14 @@
 #pragma once
-// Routing on the host, behind <moecomp/gating/routing.hpp>: one token at a time (tokens in parallel), scores
-// in double, the selection as a prefix of the experts ordered by (score descending, index ascending).
+// Routing on the host, behind <moecomp/gating/routing.hpp>: one token at a time (tiles of tokens in parallel),
+// scores in double, the selection as a prefix of the experts ordered by (score descending, index ascending):
+// top-k and the threshold rules rank only the experts that can be selected, the other rules sort.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/gating/routing_types.hpp>
 #include <moecomp/gating/detail/routing_rules.hpp>
 #include <moecomp/core/detail/parallel.hpp>
+#include <moecomp/core/detail/vector_exp.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -18,28 +20,128 @@ MOECOMP_NAMESPACE_BEGIN
 namespace gating {
 namespace detail {
 
-/// One token's selection: `count` experts in `ids` (selection order) with `weights`.
-struct token_choice {
-  std::vector<double> scores, keys;
-  std::vector<index_t> order, ids;
+/// One token's selection: `count` experts in `ids` (selection order) with `weights`; the rest is scratch.
+/// One per thread, each on its own cache lines (the vectors' headers change with every token).
+struct alignas(64) token_choice {
+  std::vector<double> scores, keys, candidate_scores, padded;
+  std::vector<index_t> order, ids, candidates;
   std::vector<double> weights;
   index_t count = 0;
 };
 
-/// scores = f(logits) in double (softmax with the maximum subtracted first).
+/// The largest of x[0..n), n >= 1, in eight independent lanes combined in a fixed order (vectorisable; the
+/// same value as a serial maximum, since max is exact).
+inline double max_of(const double* x, index_t n) noexcept {
+  double lane[8];
+  for (int q = 0; q < 8; ++q) lane[q] = x[0];
+  index_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int q = 0; q < 8; ++q) lane[q] = x[j + q] > lane[q] ? x[j + q] : lane[q];
+  for (int q = 0; q < 8 && j + q < n; ++q) lane[q] = x[j + q] > lane[q] ? x[j + q] : lane[q];
+  double top = lane[0];
+  for (int q = 1; q < 8; ++q) top = lane[q] > top ? lane[q] : top;
+  return top;
+}
+
+/// The sum of x[0..n) in eight lanes (entry j into lane j mod 8), the lanes added in order: a fixed
+/// association, so the same bits on every call, thread count and vector width.
+inline double sum_of(const double* x, index_t n) noexcept {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int q = 0; q < 8; ++q) lane[q] += x[j + q];
+  for (int q = 0; q < 8 && j + q < n; ++q) lane[q] += x[j + q];
+  double total = 0;
+  for (int q = 0; q < 8; ++q) total += lane[q];
+  return total;
+}
+
+#if defined(MOECOMP_HAS_LANES)
+/// score_row's scores (the same bits) into s[0 .. 8 ceil(e / 8)), eight at a time: entries past e hold -inf
+/// (score none) or 0.
 template <class A>
-void score_row(score_function f, const A* logits, index_t e, std::vector<double>& scores) {
-  scores.resize(static_cast<std::size_t>(e));
-  if (f == score_function::softmax) {
-    double top = -std::numeric_limits<double>::infinity(), total = 0;
-    for (index_t j = 0; j < e; ++j) top = std::max(top, static_cast<double>(logits[j]));
-    for (index_t j = 0; j < e; ++j) total += scores[static_cast<std::size_t>(j)] = std::exp(static_cast<double>(logits[j]) - top);
-    for (double& s : scores) s /= total;
-  } else if (f == score_function::sigmoid) {
-    for (index_t j = 0; j < e; ++j) scores[static_cast<std::size_t>(j)] = sigmoid(static_cast<double>(logits[j]));
-  } else {
-    for (index_t j = 0; j < e; ++j) scores[static_cast<std::size_t>(j)] = static_cast<double>(logits[j]);
+void score_lanes(score_function f, const A* logits, index_t e, double* s) noexcept {
+  using moecomp::detail::lanes8;
+  const index_t blocks = (e + 7) / 8;
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  lanes8 top;
+  moecomp::detail::broadcast(top, minus_inf);
+  for (index_t b = 0; b < blocks; ++b) {
+    lanes8 v;
+    if (8 * b + 8 <= e) {
+      for (int q = 0; q < 8; ++q) v[q] = static_cast<double>(logits[8 * b + q]);
+    } else {
+      for (int q = 0; q < 8; ++q) v[q] = 8 * b + q < e ? static_cast<double>(logits[8 * b + q]) : minus_inf;
+    }
+    top = v > top ? v : top;
+    moecomp::detail::store_lanes(s + 8 * b, v);
   }
+  if (f == score_function::none) return;
+  if (f == score_function::softmax) {
+    double largest = top[0];
+    for (int q = 1; q < 8; ++q) largest = top[q] > largest ? top[q] : largest;
+    lanes8 total = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (index_t b = 0; b < blocks; ++b) {
+      lanes8 v;
+      moecomp::detail::load_lanes(v, s + 8 * b);
+      v -= largest;
+      moecomp::detail::exp_lanes(v);  // -inf padding becomes 0
+      total += v;
+      moecomp::detail::store_lanes(s + 8 * b, v);
+    }
+    double sum = 0;
+    for (int q = 0; q < 8; ++q) sum += total[q];  // sum_of's association
+    const double scale = 1.0 / sum;
+    for (index_t b = 0; b < blocks; ++b) {
+      lanes8 v;
+      moecomp::detail::load_lanes(v, s + 8 * b);
+      v *= scale;
+      moecomp::detail::store_lanes(s + 8 * b, v);
+    }
+  } else {
+    for (index_t b = 0; b < blocks; ++b) {
+      lanes8 v;
+      moecomp::detail::load_lanes(v, s + 8 * b);
+      v = -v;
+      moecomp::detail::exp_lanes(v);
+      v = 1.0 / (1.0 + v);
+      moecomp::detail::store_lanes(s + 8 * b, v);
+    }
+  }
+}
+#endif
+
+/// scores = f(logits) in double: softmax (the maximum subtracted first; e^x times the reciprocal of their
+/// sum, summed as sum_of) or sigmoid, with the vectorised exponential of core/detail/vector_exp.hpp, or the
+/// logits themselves. The vector-lane and the plain forms give the same bits.
+template <class A>
+void score_row(score_function f, const A* logits, index_t e, std::vector<double>& scores, std::vector<double>& scratch) {
+  scores.resize(static_cast<std::size_t>(e));
+  double* s = scores.data();
+  if (f == score_function::none) {
+    for (index_t j = 0; j < e; ++j) s[j] = static_cast<double>(logits[j]);
+    return;
+  }
+#if defined(MOECOMP_HAS_LANES)
+  scratch.resize(static_cast<std::size_t>((e + 7) / 8 * 8));
+  score_lanes(f, logits, e, scratch.data());
+  for (index_t j = 0; j < e; ++j) s[j] = scratch[static_cast<std::size_t>(j)];
+#else
+  scratch.resize(static_cast<std::size_t>(e));
+  double* x = scratch.data();
+  for (index_t j = 0; j < e; ++j) x[j] = static_cast<double>(logits[j]);
+  if (f == score_function::softmax) {
+    const double top = max_of(x, e);
+    for (index_t j = 0; j < e; ++j) x[j] -= top;
+    moecomp::detail::exp_into(x, s, e);
+    const double scale = 1.0 / sum_of(s, e);  // a multiply per score instead of a division: within 1.5 ulp
+    for (index_t j = 0; j < e; ++j) s[j] *= scale;
+  } else {
+    for (index_t j = 0; j < e; ++j) x[j] = -x[j];
+    moecomp::detail::exp_into(x, s, e);
+    for (index_t j = 0; j < e; ++j) s[j] = 1.0 / (1.0 + s[j]);
+  }
+#endif
 }
 
 /// The first `count` of the ids ordered by (key descending, index ascending), into order.
@@ -50,6 +152,130 @@ inline void best_by_key(const std::vector<double>& key, index_t count, std::vect
     return chosen_before(key[static_cast<std::size_t>(a)], a, key[static_cast<std::size_t>(b)], b);
   };
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(), better);
+}
+
+/// The candidates above which ranking is slower than sorting.
+constexpr index_t max_ranked_candidates = 64;
+
+/// The experts j with key[j] >= bound, in index order, into c.candidates (and their keys into
+/// c.candidate_scores); returns how many. Branch-free, so unpredictable outcomes cost nothing.
+inline index_t gather_candidates(const double* key, index_t e, double bound, token_choice& c) {
+  c.candidates.resize(static_cast<std::size_t>(e));
+  c.candidate_scores.resize(static_cast<std::size_t>(e));
+  index_t* ids = c.candidates.data();
+  double* values = c.candidate_scores.data();
+  index_t count = 0;
+  for (index_t j = 0; j < e; ++j) {
+    ids[count] = j;
+    values[count] = key[j];
+    count += key[j] >= bound ? 1 : 0;
+  }
+  return count;
+}
+
+/// Of `count` candidates (c.candidates, c.candidate_scores, in index order), the first `take` in the order of
+/// chosen_before into c.order[0..take): a candidate's rank is the number chosen before it, a permutation since
+/// the order is total. Candidates are in index order, so on equal keys the earlier one is chosen first.
+/// O(count^2) comparisons, branch-free (eight candidates at a time with the vector lanes), for
+/// count <= max_ranked_candidates.
+inline void rank_candidates(index_t count, index_t take, token_choice& c) {
+  const double* values = c.candidate_scores.data();
+  c.order.resize(static_cast<std::size_t>(take + 1));  // slot `take` takes the unselected, without a branch
+  for (index_t a = 0; a < count; a += 8) {
+    const index_t width = std::min<index_t>(8, count - a);
+    long long rank[8];
+#if defined(MOECOMP_HAS_LANES)
+    using moecomp::detail::int_lanes8;
+    using moecomp::detail::lanes8;
+    lanes8 mine = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (index_t q = 0; q < width; ++q) mine[q] = values[a + q];
+    const int_lanes8 position = int_lanes8{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<long long>(a);
+    int_lanes8 before = {0, 0, 0, 0, 0, 0, 0, 0};  // a true comparison is -1
+    for (index_t b = 0; b < count; ++b) {
+      const lanes8 other = lanes8{} + values[b];
+      before -= (int_lanes8)(other > mine) | ((int_lanes8)(other == mine) & (int_lanes8)(position > static_cast<long long>(b)));
+    }
+    for (int q = 0; q < 8; ++q) rank[q] = before[q];
+#else
+    for (index_t q = 0; q < width; ++q) {
+      rank[q] = 0;
+      for (index_t b = 0; b < count; ++b)
+        rank[q] += values[b] > values[a + q] || (values[b] == values[a + q] && b < a + q) ? 1 : 0;
+    }
+#endif
+    for (index_t q = 0; q < width; ++q) {
+      const auto r = static_cast<index_t>(rank[q]);
+      c.order[static_cast<std::size_t>(r < take ? r : take)] = c.candidates[static_cast<std::size_t>(a + q)];
+    }
+  }
+}
+
+/// The top `k` experts by (key descending, index ascending) into c.order[0..k). A lower bound of the k-th
+/// largest key is the smallest of k disjoint groups' maxima (experts j = g mod k form group g): only keys
+/// at or above it can be selected, typically a few more than k, and those are ranked. Falls back to a
+/// partial sort when too many tie at the bound.
+inline void top_k_of(const double* key, index_t e, index_t k, token_choice& c) {
+  double group_max[64];
+  if (k <= 64 && k < e) {
+    for (index_t g = 0; g < k; ++g) group_max[g] = key[g];
+    for (index_t j = k; j < e; j += k) {
+      const index_t width = std::min(k, e - j);
+      for (index_t g = 0; g < width; ++g) group_max[g] = key[j + g] > group_max[g] ? key[j + g] : group_max[g];
+    }
+    double bound = group_max[0];
+    for (index_t g = 1; g < k; ++g) bound = group_max[g] < bound ? group_max[g] : bound;
+    const index_t count = gather_candidates(key, e, bound, c);
+    if (count <= max_ranked_candidates) {
+      rank_candidates(count, k, c);
+      return;
+    }
+  }
+  c.keys.assign(key, key + e);
+  best_by_key(c.keys, k, c.order);
+}
+
+/// The top `k` experts by (key descending, index ascending) into c.order[0..k), from keys padded to a
+/// multiple of 8 with -inf (c.padded). With the vector lanes and k <= 8 the lower bound is the k-th largest of
+/// the eight lanes' maxima (experts j = q mod 8 form lane q); otherwise top_k_of's.
+inline void top_k_of_padded(const double* key, index_t e, index_t k, token_choice& c) {
+#if defined(MOECOMP_HAS_LANES)
+  if (k <= 8 && k < e) {
+    using moecomp::detail::lanes8;
+    lanes8 lane_max;
+    moecomp::detail::load_lanes(lane_max, key);
+    for (index_t b = 1; b < (e + 7) / 8; ++b) {
+      lanes8 v;
+      moecomp::detail::load_lanes(v, key + 8 * b);
+      lane_max = v > lane_max ? v : lane_max;
+    }
+    double maxima[8];
+    moecomp::detail::store_lanes(maxima, lane_max);
+    // The k-th largest lane maximum: the largest m with at least k maxima >= m (branch-free; k lanes then
+    // hold a key >= bound, so the k-th largest key is >= bound).
+    double bound = -std::numeric_limits<double>::infinity();
+    for (int i = 0; i < 8; ++i) {
+      int at_least = 0;
+      for (int j = 0; j < 8; ++j) at_least += maxima[j] >= maxima[i] ? 1 : 0;
+      bound = at_least >= k && maxima[i] > bound ? maxima[i] : bound;
+    }
+    const index_t count = gather_candidates(key, e, bound, c);
+    if (count <= max_ranked_candidates) {
+      rank_candidates(count, k, c);
+      return;
+    }
+  }
+#endif
+  top_k_of(key, e, k, c);
+}
+
+/// The logits of one token as double keys into c.padded, padded with -inf to a multiple of 8.
+template <class A>
+void logits_as_keys(const A* logits, index_t e, token_choice& c) {
+  const index_t padded = (e + 7) / 8 * 8;
+  c.padded.resize(static_cast<std::size_t>(padded));
+  double* key = c.padded.data();
+  for (index_t j = 0; j < e; ++j) key[j] = static_cast<double>(logits[j]);
+  for (index_t j = e; j < padded; ++j) key[j] = -std::numeric_limits<double>::infinity();
 }
 
 /// The group-limited selection of DeepSeek-V2 / V3 on `key` (V3: corrected scores): the topk_group best
@@ -84,9 +310,44 @@ inline void group_limited(const routing_params& p, std::vector<double>& key, boo
 template <class A>
 void choose(const routing_params& p, const A* logits, index_t e, const A* bias, token_choice& c) {
   const score_function f = p.rule == routing_rule::deepseek_v3 ? score_function::sigmoid : p.scores;
-  score_row(f, logits, e, c.scores);
   c.ids.clear();
   c.weights.clear();
+  if (p.rule == routing_rule::top_k) {
+    // Selection on the logits: softmax and sigmoid are increasing, so these are the experts of the exact
+    // scores (rounded scores could tie where the logits do not). Weights need only the selected scores, and
+    // the full softmax only when not renormalised (its denominator).
+    logits_as_keys(logits, e, c);
+    top_k_of_padded(c.padded.data(), e, p.top_k, c);
+    const index_t k = p.top_k;
+    c.weights.resize(static_cast<std::size_t>(k));
+    c.ids.resize(static_cast<std::size_t>(k));
+    double* w = c.weights.data();
+    for (index_t q = 0; q < k; ++q) {
+      c.ids[static_cast<std::size_t>(q)] = c.order[static_cast<std::size_t>(q)];
+      w[q] = c.padded[static_cast<std::size_t>(c.order[static_cast<std::size_t>(q)])];
+    }
+    c.count = k;
+    if (f == score_function::softmax && !p.renormalize) {
+      score_row(f, logits, e, c.scores, c.keys);
+      for (index_t q = 0; q < k; ++q) w[q] = c.scores[static_cast<std::size_t>(c.ids[static_cast<std::size_t>(q)])];
+      return;
+    }
+    if (f != score_function::none) {
+      c.keys.resize(static_cast<std::size_t>(k));
+      const double shift = f == score_function::softmax ? w[0] : 0.0;  // w[0]: the largest logit
+      for (index_t q = 0; q < k; ++q) c.keys[static_cast<std::size_t>(q)] = f == score_function::softmax ? w[q] - shift : -w[q];
+      moecomp::detail::exp_into(c.keys.data(), w, k);
+      if (f == score_function::sigmoid)
+        for (index_t q = 0; q < k; ++q) w[q] = 1.0 / (1.0 + w[q]);
+    }
+    if (p.renormalize) {
+      double total = 0;
+      for (index_t q = 0; q < k; ++q) total += w[q];
+      for (index_t q = 0; q < k; ++q) w[q] /= total;
+    }
+    return;
+  }
+  score_row(f, logits, e, c.scores, c.keys);
   auto take_prefix = [&](index_t k, bool unit_weight) {
     for (index_t q = 0; q < k; ++q) {
       const index_t j = c.order[static_cast<std::size_t>(q)];
@@ -101,11 +362,6 @@ void choose(const routing_params& p, const A* logits, index_t e, const A* bias, 
     for (double& w : c.weights) w /= total + extra;
   };
   switch (p.rule) {
-    case routing_rule::top_k:
-      best_by_key(c.scores, p.top_k, c.order);
-      take_prefix(p.top_k, false);
-      if (p.renormalize) normalise(0.0);
-      return;
     case routing_rule::deepseek_v3: {
       c.keys = c.scores;
       if (bias)
@@ -126,6 +382,19 @@ void choose(const routing_params& p, const A* logits, index_t e, const A* bias, 
       return;
     }
     default: break;
+  }
+  // The threshold rules select {i : s_i >= bound} (their test is monotone in the score): gather those and
+  // rank them, unless min_k asks for more or too many pass.
+  if (p.rule == routing_rule::threshold || p.rule == routing_rule::threshold_code) {
+    const double top = max_of(c.scores.data(), e);
+    const double bound = p.rule == routing_rule::threshold ? p.tau * top : (1.0 - p.tau) * top;
+    const index_t count = gather_candidates(c.scores.data(), e, bound, c);
+    if (count >= p.min_k && count <= max_ranked_candidates) {
+      const index_t k = p.max_k > 0 ? std::min(count, p.max_k) : count;
+      rank_candidates(count, k, c);
+      take_prefix(k, true);
+      return;
+    }
   }
   // The dynamic rules: a prefix of the experts by descending score, as long as the rule takes the next one.
   best_by_key(c.scores, e, c.order);
@@ -151,20 +420,33 @@ routing_result route_host(const host_context& ctx, const routing_params& p, matr
   const index_t t_count = logits.rows(), e = logits.cols();
   const int threads = std::max(1, ctx.threads());
   std::vector<token_choice> scratch(static_cast<std::size_t>(threads));
-  std::vector<index_t> counts(static_cast<std::size_t>(t_count));
-  moecomp::detail::parallel_for(t_count, threads, [&](index_t t, int thread) {
+  // Tiles of tokens per task: a token's work is far below the cost of scheduling it alone. Each tile keeps
+  // its own counts (selected pairs, fewest and most experts), combined in tile order.
+  constexpr index_t tile = 256;
+  const index_t tiles = (t_count + tile - 1) / tile;
+  struct tile_counts {
+    index_t selected = 0, fewest = std::numeric_limits<index_t>::max(), most = 0;
+  };
+  std::vector<tile_counts> counts(static_cast<std::size_t>(tiles));
+  moecomp::detail::parallel_for(tiles, threads, [&](index_t b, int thread) {
     token_choice& c = scratch[static_cast<std::size_t>(thread)];
-    choose(p, logits.row_ptr(t), e, bias, c);
-    counts[static_cast<std::size_t>(t)] = c.count;
-    emit(t, c);
+    tile_counts mine;  // written back once: neighbouring tiles' counts share cache lines
+    for (index_t t = b * tile; t < std::min(t_count, (b + 1) * tile); ++t) {
+      choose(p, logits.row_ptr(t), e, bias, c);
+      mine.selected += c.count;
+      mine.fewest = std::min(mine.fewest, c.count);
+      mine.most = std::max(mine.most, c.count);
+      emit(t, c);
+    }
+    counts[static_cast<std::size_t>(b)] = mine;
   });
   routing_result r;
   r.tokens = t_count;
   r.min_experts = t_count > 0 ? std::numeric_limits<index_t>::max() : 0;
-  for (index_t k : counts) {
-    r.selected += k;
-    r.min_experts = std::min(r.min_experts, k);
-    r.max_experts = std::max(r.max_experts, k);
+  for (const tile_counts& n : counts) {
+    r.selected += n.selected;
+    r.min_experts = std::min(r.min_experts, n.fewest);
+    r.max_experts = std::max(r.max_experts, n.most);
   }
   r.experts_per_token_mean = t_count > 0 ? static_cast<double>(r.selected) / static_cast<double>(t_count) : 0.0;
   return r;
