@@ -1,7 +1,7 @@
 // Routing and dispatch benchmarks at the context's threads (issue 16's workloads): 16384 tokens x 64
 // experts, softmax + top-8 + renormalise (Mixtral-style) and SADMoE's tau rule (tau 0.5, raw scores), in the
-// fixed-K layout; the dispatch plan of 16384 x top-8 ids with and without block padding. The side-by-side
-// against torch: bench/peers/gating_vs_torch.py.
+// fixed-K layout; the dispatch plan of 16384 x top-8 ids with and without block padding (a reused plan, and a
+// new one per call). The side-by-side against torch: bench/peers/gating_vs_torch.py.
 #include <benchmark/benchmark.h>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
@@ -45,8 +45,22 @@ void dispatch(benchmark::State& state) {
   for (auto& id : ids) id = static_cast<std::int64_t>(rng.uniform_index(e));
   gating::dispatch_params p;
   p.block_size = state.range(0);
+  const moecomp::host_context ctx;
+  gating::dispatch_plan plan;  // reused from step to step, as an engine would
+  for (auto _ : state) {
+    gating::make_dispatch_plan(ctx, p, e, moecomp::make_matrix_view(ids.data(), t, k), plan);
+    benchmark::DoNotOptimize(plan.num_tokens_post_pad);
+  }
+}
+
+void dispatch_fresh_plan(benchmark::State& state) {  // a new plan (fresh allocations) every call
+  const index_t t = 16384, k = 8, e = 64;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(t * k));
+  moecomp::random_generator rng(21);
+  for (auto& id : ids) id = static_cast<std::int64_t>(rng.uniform_index(e));
   for (auto _ : state)
-    benchmark::DoNotOptimize(gating::make_dispatch_plan(p, e, moecomp::make_matrix_view(ids.data(), t, k)).num_tokens_post_pad);
+    benchmark::DoNotOptimize(
+        gating::make_dispatch_plan(gating::dispatch_params{}, e, moecomp::make_matrix_view(ids.data(), t, k)).num_tokens_post_pad);
 }
 
 }  // namespace
@@ -54,4 +68,5 @@ void dispatch(benchmark::State& state) {
 BENCHMARK(route_top8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(route_tau)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(dispatch)->Arg(1)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(dispatch_fresh_plan)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

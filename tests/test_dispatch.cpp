@@ -42,6 +42,55 @@ TEST_CASE("dispatch: pairs by expert in flat order, runs padded with the sentine
   CHECK(capped.position[5] == -1);
 }
 
+TEST_CASE("dispatch: the chunked plan is the serial counting sort at any thread count, and reuses a plan") {
+  // 70000 tokens x 4 slots: several chunks of pairs, and enough pairs (> 2^18) for a second thread. The
+  // reference is the plain stable counting sort: walk the pairs in flat order, keep an expert's first C,
+  // place each at the expert's next slot.
+  const index_t t = 70000, k = 4, e = 9;
+  moecomp::random_generator rng(8);
+  ids_t ids(static_cast<std::size_t>(t * k));
+  for (auto& id : ids) id = static_cast<std::int64_t>(rng.uniform_index(e + 1));  // (= e: unused slots)
+  for (const index_t capacity : {index_t(0), index_t(25000)}) {
+    gating::dispatch_params p;
+    p.block_size = 16;
+    p.capacity = capacity;
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(e), 0), seen(static_cast<std::size_t>(e), 0);
+    for (const std::int64_t id : ids)
+      if (id != e && (capacity == 0 || counts[static_cast<std::size_t>(id)] < capacity)) ++counts[static_cast<std::size_t>(id)];
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(e + 1), 0);
+    for (index_t x = 0; x < e; ++x)
+      offsets[static_cast<std::size_t>(x + 1)] = offsets[static_cast<std::size_t>(x)] + (counts[static_cast<std::size_t>(x)] + 15) / 16 * 16;
+    ids_t sorted(static_cast<std::size_t>(offsets.back()), t * k), position(ids.size(), -1);
+    index_t dropped = 0;
+    for (index_t pair = 0; pair < t * k; ++pair) {
+      const std::int64_t id = ids[static_cast<std::size_t>(pair)];
+      if (id == e) continue;
+      std::int64_t& n = seen[static_cast<std::size_t>(id)];
+      if (capacity > 0 && n >= capacity) {
+        ++dropped;
+        continue;
+      }
+      position[static_cast<std::size_t>(pair)] = offsets[static_cast<std::size_t>(id)] + n;
+      sorted[static_cast<std::size_t>(offsets[static_cast<std::size_t>(id)] + n++)] = pair;
+    }
+    gating::dispatch_plan plan;  // reused: a larger plan first, then this one into the same storage
+    const ids_t few(static_cast<std::size_t>(t * k), 0);
+    gating::make_dispatch_plan(moecomp::host_context(1), p, e, moecomp::make_matrix_view(few.data(), t, k), plan);
+    for (const int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      gating::make_dispatch_plan(moecomp::host_context(threads), p, e, moecomp::make_matrix_view(ids.data(), t, k), plan);
+      CHECK(plan.counts == counts);
+      CHECK(plan.offsets == offsets);
+      CHECK(plan.sorted_token_ids == sorted);
+      CHECK(plan.position == position);
+      CHECK(plan.dropped == dropped);
+      CHECK(plan.num_tokens_post_pad == offsets.back());
+      CHECK(static_cast<index_t>(plan.expert_ids.size()) == offsets.back() / 16);
+    }
+    CHECK((capacity == 0 || dropped > 0));  // the capacity case does drop
+  }
+}
+
 TEST_CASE("dispatch: gather then a per-expert map then combine equals the direct weighted sum") {
   const index_t t = 50, k = 3, e = 7, d = 5;
   moecomp::random_generator rng(3);

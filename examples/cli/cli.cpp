@@ -308,6 +308,12 @@ moecomp::host_context make_context(const arguments& args) {
   const int cpus = usable_cpus();
   threads_used = threads == 0 || threads > cpus ? cpus : static_cast<int>(threads);
   moecomp::host_context ctx(threads_used);
+#if defined(_OPENMP)
+  // Start OpenMP's threads now, so that the commands' "seconds" time the library call and not the
+  // process's one-time thread creation (an engine pays it once; torch's pool is warm in the peer scripts).
+#pragma omp parallel num_threads(threads_used)
+  { (void)0; }
+#endif
   ctx.allocator.allocate = allocate_workspace;
   ctx.allocator.deallocate = deallocate_workspace;
   return ctx;

@@ -21,11 +21,21 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace gating {
 
-/// Builds the plan of a T x K id layout with E experts. Throws invalid_argument for ids outside [0, E] or bad
-/// parameters.
+/// Builds the plan of a T x K id layout with E experts into `plan`, reusing its storage (an engine's step
+/// allocates nothing once the plan has grown). The counting runs over chunks of pairs on ctx's threads; the
+/// plan is the same at any thread count. Throws invalid_argument for ids outside [0, E] or bad parameters,
+/// before changing `plan`.
+inline void make_dispatch_plan(const host_context& ctx, const dispatch_params& params, index_t experts,
+                               matrix_view<const std::int64_t> ids, dispatch_plan& plan) {
+  detail::make_dispatch_plan_host(ctx, params, experts, ids, plan);
+}
+
+/// The same, returning a new plan (one thread).
 inline dispatch_plan make_dispatch_plan(const dispatch_params& params, index_t experts,
                                         matrix_view<const std::int64_t> ids) {
-  return detail::make_dispatch_plan_host(params, experts, ids);
+  dispatch_plan plan;
+  detail::make_dispatch_plan_host(host_context(1), params, experts, ids, plan);
+  return plan;
 }
 
 /// permuted (num_tokens_post_pad x d): row i = the hidden row of the token of sorted pair i, 0 for padding

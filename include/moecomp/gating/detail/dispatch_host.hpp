@@ -1,6 +1,6 @@
 #pragma once
 // The dispatch plan on the host, behind <moecomp/gating/dispatch.hpp>: a stable counting sort of the
-// (token, slot) pairs by expert (O(T K + E)), the padding, the capacity, the gather and the combine.
+// (token, slot) pairs by expert (O(T K + E chunks), chunks of pairs in parallel), the padding, the capacity, the gather and the combine.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/error.hpp>
@@ -9,61 +9,109 @@
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace gating {
 namespace detail {
 
-/// Builds the plan of a T x K id layout with E experts. Throws invalid_argument for ids outside [0, E] or bad
-/// parameters.
-inline dispatch_plan make_dispatch_plan_host(const dispatch_params& params, index_t experts,
-                                        matrix_view<const std::int64_t> ids) {
+/// Builds the plan of a T x K id layout with E experts into `plan`, reusing its storage. Throws
+/// invalid_argument for ids outside [0, E] or bad parameters, before writing anything.
+///
+/// Two parallel passes over chunks of the flat pairs: (1) validate and count each chunk's pairs per expert;
+/// then, serially per expert, where each chunk's pairs of that expert start in the expert's flat order; (2)
+/// place every pair at its rank. A pair's rank is its index among its expert's pairs in flat order whatever
+/// the chunking, so the plan is the stable counting sort's at any thread count.
+inline void make_dispatch_plan_host(const host_context& ctx, const dispatch_params& params, index_t experts,
+                                    matrix_view<const std::int64_t> ids, dispatch_plan& plan) {
   constexpr const char* fn = "make_dispatch_plan";
   MOECOMP_EXPECTS(experts >= 1, fn, ": experts must be >= 1, got ", experts);
   MOECOMP_EXPECTS(params.block_size >= 1, fn, ": params.block_size must be >= 1, got ", params.block_size);
   MOECOMP_EXPECTS(params.capacity >= 0, fn, ": params.capacity must be >= 0 (0: no limit), got ", params.capacity);
   const index_t t_count = ids.rows(), k = ids.cols(), pairs = t_count * k;
-  for (index_t t = 0; t < t_count; ++t)
-    for (index_t q = 0; q < k; ++q)
-      MOECOMP_EXPECTS(ids(t, q) >= 0 && ids(t, q) <= experts, fn, ": ids must be expert ids in [0, ", experts,
-                      "] (", experts, ": an unused slot), got ", ids(t, q), " at (", t, ", ", q, ")");
-  dispatch_plan plan;
   const auto e_count = static_cast<std::size_t>(experts);
-  plan.counts.assign(e_count, 0);
-  plan.position.assign(static_cast<std::size_t>(pairs), -1);
-  // Keep: each expert's first `capacity` pairs in flat order.
-  std::vector<char> kept(static_cast<std::size_t>(pairs), 0);
-  for (index_t p = 0; p < pairs; ++p) {
-    const std::int64_t e = ids(p / k, p % k);
-    if (e == experts) continue;
-    if (params.capacity > 0 && plan.counts[static_cast<std::size_t>(e)] >= params.capacity) {
-      ++plan.dropped;
-      continue;
+  // Chunks of whole tokens, about 16384 pairs each: enough work per task, few per-chunk histograms.
+  const index_t chunk_tokens = std::max<index_t>(1, 16384 / std::max<index_t>(k, 1));
+  const index_t chunks = t_count > 0 ? (t_count + chunk_tokens - 1) / chunk_tokens : 0;
+  // A thread per 2^18 pairs at most: below that, waking a second thread costs more than it saves (measured:
+  // 16384 x 8 pairs take 0.84 ms on one thread, 1.4 ms on two).
+  const int threads = static_cast<int>(std::min<index_t>(std::max(1, ctx.threads()), pairs / (index_t(1) << 18) + 1));
+  // start[c * (E + 1) + e]: chunk c's count of expert e (pass 1), then its first rank (the sentinel E counted
+  // too, never placed).
+  std::vector<std::int64_t> start(static_cast<std::size_t>(chunks) * (e_count + 1), 0);
+  std::vector<index_t> first_bad(static_cast<std::size_t>(chunks), pairs);
+  moecomp::detail::parallel_for(chunks, threads, [&](index_t c, int) {
+    std::int64_t* count = start.data() + static_cast<std::size_t>(c) * (e_count + 1);
+    const index_t t_end = std::min(t_count, (c + 1) * chunk_tokens);
+    for (index_t t = c * chunk_tokens; t < t_end; ++t) {
+      const std::int64_t* row = ids.row_ptr(t);
+      for (index_t q = 0; q < k; ++q) {
+        const std::int64_t e = row[q];
+        if (MOECOMP_UNLIKELY(e < 0 || e > experts)) {
+          first_bad[static_cast<std::size_t>(c)] = t * k + q;
+          return;
+        }
+        ++count[e];
+      }
     }
-    ++plan.counts[static_cast<std::size_t>(e)];
-    kept[static_cast<std::size_t>(p)] = 1;
-  }
+  });
+  for (const index_t p : first_bad)
+    MOECOMP_EXPECTS(p == pairs, fn, ": ids must be expert ids in [0, ", experts, "] (", experts,
+                    ": an unused slot), got ", ids(p / k, p % k), " at (", p / k, ", ", p % k, ")");
+  plan.counts.assign(e_count, 0);
   plan.offsets.assign(e_count + 1, 0);
+  plan.dropped = 0;
   for (std::size_t e = 0; e < e_count; ++e) {
-    const std::int64_t padded = (plan.counts[e] + params.block_size - 1) / params.block_size * params.block_size;
+    std::int64_t total = 0;
+    for (index_t c = 0; c < chunks; ++c) {
+      std::int64_t& cell = start[static_cast<std::size_t>(c) * (e_count + 1) + e];
+      const std::int64_t n = cell;
+      cell = total;
+      total += n;
+    }
+    const std::int64_t kept = params.capacity > 0 ? std::min<std::int64_t>(total, params.capacity) : total;
+    plan.counts[e] = kept;
+    plan.dropped += static_cast<index_t>(total - kept);
+    const std::int64_t padded = (kept + params.block_size - 1) / params.block_size * params.block_size;
     plan.offsets[e + 1] = plan.offsets[e] + padded;
   }
   plan.num_tokens_post_pad = plan.offsets[e_count];
-  plan.sorted_token_ids.assign(static_cast<std::size_t>(plan.num_tokens_post_pad), pairs);
-  std::vector<std::int64_t> next(plan.offsets.begin(), plan.offsets.end() - 1);
-  for (index_t p = 0; p < pairs; ++p) {
-    if (!kept[static_cast<std::size_t>(p)]) continue;
-    const auto e = static_cast<std::size_t>(ids(p / k, p % k));
-    plan.position[static_cast<std::size_t>(p)] = next[e];
-    plan.sorted_token_ids[static_cast<std::size_t>(next[e]++)] = p;
+  plan.sorted_token_ids.resize(static_cast<std::size_t>(plan.num_tokens_post_pad));
+  plan.position.resize(static_cast<std::size_t>(pairs));
+  const std::int64_t* offsets = plan.offsets.data();
+  std::int64_t* position = plan.position.data();
+  std::int64_t* sorted = plan.sorted_token_ids.data();
+  const std::int64_t capacity = params.capacity > 0 ? params.capacity : std::numeric_limits<std::int64_t>::max();
+  moecomp::detail::parallel_for(chunks, threads, [&](index_t c, int) {
+    std::int64_t* rank = start.data() + static_cast<std::size_t>(c) * (e_count + 1);
+    const index_t t_end = std::min(t_count, (c + 1) * chunk_tokens);
+    for (index_t t = c * chunk_tokens; t < t_end; ++t) {
+      const std::int64_t* row = ids.row_ptr(t);
+      for (index_t q = 0; q < k; ++q) {
+        const std::int64_t e = row[q], p = t * k + q;
+        const std::int64_t r = rank[e]++;
+        if (e == experts || r >= capacity) {
+          position[p] = -1;
+          continue;
+        }
+        const std::int64_t at = offsets[e] + r;
+        position[p] = at;
+        sorted[at] = p;
+      }
+    }
+  });
+  const std::int64_t block = params.block_size;
+  plan.expert_ids.resize(static_cast<std::size_t>(plan.num_tokens_post_pad / block));
+  std::int64_t* expert_ids = plan.expert_ids.data();
+  for (std::size_t e = 0; e < e_count; ++e) {
+    const std::int64_t begin = offsets[e], used = begin + plan.counts[e], end = offsets[e + 1];
+    for (std::int64_t i = used; i < end; ++i) sorted[i] = pairs;  // the padding's sentinel
+    for (std::int64_t b = begin / block; b < end / block; ++b)
+      expert_ids[b] = static_cast<std::int64_t>(e);  // offsets are multiples of B
   }
-  plan.expert_ids.reserve(static_cast<std::size_t>(plan.num_tokens_post_pad / params.block_size));
-  for (std::size_t e = 0; e < e_count; ++e)
-    for (std::int64_t b = plan.offsets[e]; b < plan.offsets[e + 1]; b += params.block_size)
-      plan.expert_ids.push_back(static_cast<std::int64_t>(e));
-  return plan;
 }
 
 /// permuted (num_tokens_post_pad x d): row i = hidden row of the token of sorted pair i, 0 for padding.
