@@ -25,23 +25,33 @@ using moecomp::detail::host_workspace;
 template <class W, class A = accumulator_t<W>>
 class expert_weights {
  public:
-  expert_weights(const host_context& ctx, const ffn_expert_view<W>& e)
-      : copy_(ctx, std::is_same_v<W, A> ? 0 : static_cast<std::size_t>(e.d_ff() * e.d_model() * (e.gated() ? 3 : 2))),
-        biases_(ctx, static_cast<std::size_t>(2 * e.d_ff() + e.d_model())) {
+  /// The number of A elements of the converted copy (0 when W is A).
+  static std::size_t copy_size(const ffn_expert_view<W>& e) noexcept {
+    return std::is_same_v<W, A> ? 0 : static_cast<std::size_t>(e.d_ff() * e.d_model() * (e.gated() ? 3 : 2));
+  }
+  /// Elements of the caller's storage: the converted copy and the biases.
+  static std::size_t storage_size(const ffn_expert_view<W>& e) noexcept {
+    return copy_size(e) + static_cast<std::size_t>(2 * e.d_ff() + e.d_model());
+  }
+  /// storage: storage_size(e) elements (nothing is then allocated), or null to allocate from ctx.
+  expert_weights(const host_context& ctx, const ffn_expert_view<W>& e, A* storage = nullptr)
+      : copy_(ctx, storage ? 0 : copy_size(e)),
+        biases_(ctx, storage ? 0 : static_cast<std::size_t>(2 * e.d_ff() + e.d_model())) {
     const index_t d_ff = e.d_ff(), d = e.d_model();
     if constexpr (std::is_same_v<W, A>) {
+      (void)storage;
       w1 = e.w1;
       w3 = e.w3;
       w2 = e.w2;
     } else {
-      A* p = copy_.data();
+      A* p = storage ? storage : copy_.data();
       w1 = convert(e.w1, p);
       p += d_ff * d;
       w2 = convert(e.w2, p);
       p += d_ff * d;
       if (e.gated()) w3 = convert(e.w3, p);
     }
-    A* b = biases_.data();
+    A* b = storage ? storage + copy_size(e) : biases_.data();
     for (index_t i = 0; i < d_ff; ++i) {
       b[i] = e.b1.empty() ? A(0) : convert_to<A>(e.b1[i]);
       b[d_ff + i] = e.b3.empty() ? A(0) : convert_to<A>(e.b3[i]);
@@ -63,43 +73,60 @@ class expert_weights {
   host_workspace<A> copy_, biases_;
 };
 
+/// Scratch A elements one thread needs for a tile of `tile` tokens.
+template <class W>
+std::size_t ffn_tile_scratch(const ffn_expert_view<W>& e, index_t tile) noexcept {
+  return static_cast<std::size_t>(tile * e.d_ff()) * (e.gated() ? 2 : 1);
+}
+
+/// Rows [first, first + rows) of the forward (rows <= tile) on the calling thread: y and, when not empty, the
+/// hidden activations; scratch holds ffn_tile_scratch elements.
+template <class W, class A>
+void ffn_forward_tile(const ffn_params& params, const ffn_expert_view<W>& expert, const expert_weights<W, A>& w,
+                      matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden, index_t first, index_t rows,
+                      A* scratch) {
+  const index_t d = expert.d_model(), d_ff = expert.d_ff();
+  A* h = scratch;
+  A* u = h + rows * d_ff;
+  moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w1.data(), w.w1.row_stride(), rows, d_ff, d,
+                               h, d_ff);
+  if (expert.gated())
+    moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w3.data(), w.w3.row_stride(), rows, d_ff,
+                                 d, u, d_ff);
+  for (index_t r = 0; r < rows; ++r) {
+    A* hr = h + r * d_ff;
+    const A* ur = u + r * d_ff;
+    for (index_t j = 0; j < d_ff; ++j) {
+      const A a = activate<A>(params.act, hr[j] + w.b1[j]);
+      hr[j] = expert.gated() ? a * (ur[j] + w.b3[j]) : a;
+    }
+    if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(first + r));
+  }
+  if (y.empty()) return;
+  moecomp::detail::gemm_abt<A>(A(1), h, d_ff, w.w2.data(), w.w2.row_stride(), rows, d, d_ff, y.row_ptr(first),
+                               y.row_stride());
+  for (index_t r = 0; r < rows; ++r) {
+    A* yr = y.row_ptr(first + r);
+    for (index_t j = 0; j < d; ++j) yr[j] += w.b2[j];
+  }
+}
+
 /// y (n x d) and, when hidden is not null, the hidden activations h (n x d_ff) of tokens x (n x d).
 template <class W, class A = accumulator_t<W>>
 void ffn_forward_host(const host_context& ctx, const ffn_params& params, const ffn_expert_view<W>& expert,
                       matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden) {
-  const index_t n = x.rows(), d = expert.d_model(), d_ff = expert.d_ff(), tile = params.token_tile;
+  const index_t n = x.rows(), tile = params.token_tile;
   if (n == 0) return;
   const expert_weights<W, A> w(ctx, expert);
   const int threads = std::max(1, ctx.threads());
   const index_t tiles = (n + tile - 1) / tile;
   const int used = static_cast<int>(std::min<index_t>(threads, tiles));
-  const std::size_t per_thread = static_cast<std::size_t>(tile * d_ff) * (expert.gated() ? 2 : 1);
+  const std::size_t per_thread = ffn_tile_scratch(expert, tile);
   host_workspace<A> scratch(ctx, per_thread * static_cast<std::size_t>(used));
   moecomp::detail::parallel_for(tiles, used, [&](index_t t, int thread) {
     const index_t first = t * tile, rows = std::min(tile, n - first);
-    A* h = scratch.data() + per_thread * static_cast<std::size_t>(thread);
-    A* u = h + tile * d_ff;
-    moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w1.data(), w.w1.row_stride(), rows, d_ff,
-                                 d, h, d_ff);
-    if (expert.gated())
-      moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w3.data(), w.w3.row_stride(), rows, d_ff,
-                                   d, u, d_ff);
-    for (index_t r = 0; r < rows; ++r) {
-      A* hr = h + r * d_ff;
-      const A* ur = u + r * d_ff;
-      for (index_t j = 0; j < d_ff; ++j) {
-        const A a = activate<A>(params.act, hr[j] + w.b1[j]);
-        hr[j] = expert.gated() ? a * (ur[j] + w.b3[j]) : a;
-      }
-      if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(first + r));
-    }
-    if (y.empty()) return;
-    moecomp::detail::gemm_abt<A>(A(1), h, d_ff, w.w2.data(), w.w2.row_stride(), rows, d, d_ff, y.row_ptr(first),
-                                 y.row_stride());
-    for (index_t r = 0; r < rows; ++r) {
-      A* yr = y.row_ptr(first + r);
-      for (index_t j = 0; j < d; ++j) yr[j] += w.b2[j];
-    }
+    ffn_forward_tile<W, A>(params, expert, w, x, y, hidden, first, rows,
+                           scratch.data() + per_thread * static_cast<std::size_t>(thread));
   });
 }
 

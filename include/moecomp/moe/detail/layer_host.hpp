@@ -14,13 +14,54 @@
 #include <moecomp/core/detail/checks.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace moe {
 
 namespace detail {
+
+/// Every expert's forward on its run of the gathered rows. The work items are (expert, tile of its tokens)
+/// pairs in expert order, spread over the threads: a few dozen tokens per expert (512 tokens, top-4 of 60)
+/// would leave threads idle if each expert ran alone. Each thread converts 16-bit weights into its own
+/// buffer, once per run of items of one expert, and every buffer is allocated once per call (fresh pages
+/// per expert cost more than the conversion). Each item writes only its rows: the same result at any
+/// thread count.
+template <class W, class A>
+void run_experts(const host_context& ctx, const ffn_params& params, const ffn_expert_stack_view<W>& experts,
+                 const gating::dispatch_plan& plan, matrix_view<const A> gathered, matrix_view<A> out) {
+  const index_t tile = params.token_tile;
+  MOECOMP_EXPECTS(tile >= 1, "moe_layer_forward: params.ffn.token_tile must be >= 1, got ", tile);
+  struct item {
+    index_t expert, first, rows;
+  };
+  std::vector<item> items;
+  for (index_t j = 0; j < experts.experts(); ++j) {
+    const index_t begin = plan.offsets[static_cast<std::size_t>(j)], rows = plan.counts[static_cast<std::size_t>(j)];
+    for (index_t r = 0; r < rows; r += tile) items.push_back({j, begin + r, std::min(tile, rows - r)});
+  }
+  if (items.empty()) return;
+  const ffn_expert_view<W> shape = experts.expert(0);
+  const int threads = static_cast<int>(std::min<index_t>(std::max(1, ctx.threads()), static_cast<index_t>(items.size())));
+  const std::size_t weights_size = expert_weights<W, A>::storage_size(shape), scratch_size = ffn_tile_scratch(shape, tile);
+  host_workspace<A> buffers(ctx, (weights_size + scratch_size) * static_cast<std::size_t>(threads));
+  std::vector<index_t> converted(static_cast<std::size_t>(threads), -1);  // the expert in each thread's buffer
+  std::vector<std::unique_ptr<expert_weights<W, A>>> weights(static_cast<std::size_t>(threads));
+  moecomp::detail::parallel_for(static_cast<index_t>(items.size()), threads, [&](index_t i, int thread) {
+    const item& it = items[static_cast<std::size_t>(i)];
+    A* mine = buffers.data() + (weights_size + scratch_size) * static_cast<std::size_t>(thread);
+    const ffn_expert_view<W> expert = experts.expert(it.expert);
+    auto& w = weights[static_cast<std::size_t>(thread)];
+    if (converted[static_cast<std::size_t>(thread)] != it.expert) {
+      w = std::make_unique<expert_weights<W, A>>(ctx, expert, mine);
+      converted[static_cast<std::size_t>(thread)] = it.expert;
+    }
+    ffn_forward_tile<W, A>(params, expert, *w, gathered, out, matrix_view<A>(), it.first, it.rows, mine + weights_size);
+  });
+}
 
 template <class W, class A = accumulator_t<W>>
 gating::routing_result moe_layer_forward_host(const host_context& ctx, const moe_layer_params& params,
@@ -67,12 +108,9 @@ gating::routing_result moe_layer_forward_host(const host_context& ctx, const moe
       gating::make_dispatch_plan(gating::dispatch_params{}, e_out, matrix_view<const std::int64_t>(ids.data(), t_count, k));
   std::vector<A> gathered(static_cast<std::size_t>(plan.num_tokens_post_pad * d)), out(gathered.size());
   gating::dispatch_gather<A>(ctx, plan, k, x, matrix_view<A>(gathered.data(), plan.num_tokens_post_pad, d));
-  for (index_t j = 0; j < e_out; ++j) {
-    const index_t first = plan.offsets[static_cast<std::size_t>(j)], rows = plan.counts[static_cast<std::size_t>(j)];
-    if (rows == 0) continue;
-    ffn_forward<W>(ctx, params.ffn, layer.experts.expert(j), matrix_view<const A>(gathered.data() + first * d, rows, d),
-                   matrix_view<A>(out.data() + first * d, rows, d));
-  }
+  run_experts<W, A>(ctx, params.ffn, layer.experts, plan,
+                    matrix_view<const A>(gathered.data(), plan.num_tokens_post_pad, d),
+                    matrix_view<A>(out.data(), plan.num_tokens_post_pad, d));
   gating::dispatch_combine<A>(ctx, plan, matrix_view<const A>(out.data(), plan.num_tokens_post_pad, d),
                               matrix_view<const A>(weights.data(), t_count, k), y);
   if (has_shared) {
