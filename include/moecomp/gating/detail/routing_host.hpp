@@ -8,6 +8,7 @@
 #include <moecomp/gating/routing_types.hpp>
 #include <moecomp/gating/detail/routing_rules.hpp>
 #include <moecomp/core/detail/parallel.hpp>
+#include <moecomp/core/detail/lanes.hpp>
 #include <moecomp/core/detail/vector_exp.hpp>
 
 #include <algorithm>
@@ -23,7 +24,7 @@ namespace detail {
 /// One token's selection: `count` experts in `ids` (selection order) with `weights`; the rest is scratch.
 /// One per thread, each on its own cache lines (the vectors' headers change with every token).
 struct alignas(64) token_choice {
-  std::vector<double> scores, keys, candidate_scores, padded;
+  std::vector<double> scores, keys, candidate_scores, logit_keys;
   std::vector<index_t> order, ids, candidates;
   std::vector<double> weights;
   index_t count = 0;
@@ -56,64 +57,9 @@ inline double sum_of(const double* x, index_t n) noexcept {
   return total;
 }
 
-#if defined(MOECOMP_HAS_LANES)
-/// score_row's scores (the same bits) into s[0 .. 8 ceil(e / 8)), eight at a time: entries past e hold -inf
-/// (score none) or 0.
-template <class A>
-void score_lanes(score_function f, const A* logits, index_t e, double* s) noexcept {
-  using moecomp::detail::lanes8;
-  const index_t blocks = (e + 7) / 8;
-  const double minus_inf = -std::numeric_limits<double>::infinity();
-  lanes8 top;
-  moecomp::detail::broadcast(top, minus_inf);
-  for (index_t b = 0; b < blocks; ++b) {
-    lanes8 v;
-    if (8 * b + 8 <= e) {
-      for (int q = 0; q < 8; ++q) v[q] = static_cast<double>(logits[8 * b + q]);
-    } else {
-      for (int q = 0; q < 8; ++q) v[q] = 8 * b + q < e ? static_cast<double>(logits[8 * b + q]) : minus_inf;
-    }
-    top = v > top ? v : top;
-    moecomp::detail::store_lanes(s + 8 * b, v);
-  }
-  if (f == score_function::none) return;
-  if (f == score_function::softmax) {
-    double largest = top[0];
-    for (int q = 1; q < 8; ++q) largest = top[q] > largest ? top[q] : largest;
-    lanes8 total = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (index_t b = 0; b < blocks; ++b) {
-      lanes8 v;
-      moecomp::detail::load_lanes(v, s + 8 * b);
-      v -= largest;
-      moecomp::detail::exp_lanes(v);  // -inf padding becomes 0
-      total += v;
-      moecomp::detail::store_lanes(s + 8 * b, v);
-    }
-    double sum = 0;
-    for (int q = 0; q < 8; ++q) sum += total[q];  // sum_of's association
-    const double scale = 1.0 / sum;
-    for (index_t b = 0; b < blocks; ++b) {
-      lanes8 v;
-      moecomp::detail::load_lanes(v, s + 8 * b);
-      v *= scale;
-      moecomp::detail::store_lanes(s + 8 * b, v);
-    }
-  } else {
-    for (index_t b = 0; b < blocks; ++b) {
-      lanes8 v;
-      moecomp::detail::load_lanes(v, s + 8 * b);
-      v = -v;
-      moecomp::detail::exp_lanes(v);
-      v = 1.0 / (1.0 + v);
-      moecomp::detail::store_lanes(s + 8 * b, v);
-    }
-  }
-}
-#endif
-
 /// scores = f(logits) in double: softmax (the maximum subtracted first; e^x times the reciprocal of their
 /// sum, summed as sum_of) or sigmoid, with the vectorised exponential of core/detail/vector_exp.hpp, or the
-/// logits themselves. The vector-lane and the plain forms give the same bits.
+/// logits themselves.
 template <class A>
 void score_row(score_function f, const A* logits, index_t e, std::vector<double>& scores, std::vector<double>& scratch) {
   scores.resize(static_cast<std::size_t>(e));
@@ -122,11 +68,6 @@ void score_row(score_function f, const A* logits, index_t e, std::vector<double>
     for (index_t j = 0; j < e; ++j) s[j] = static_cast<double>(logits[j]);
     return;
   }
-#if defined(MOECOMP_HAS_LANES)
-  scratch.resize(static_cast<std::size_t>((e + 7) / 8 * 8));
-  score_lanes(f, logits, e, scratch.data());
-  for (index_t j = 0; j < e; ++j) s[j] = scratch[static_cast<std::size_t>(j)];
-#else
   scratch.resize(static_cast<std::size_t>(e));
   double* x = scratch.data();
   for (index_t j = 0; j < e; ++j) x[j] = static_cast<double>(logits[j]);
@@ -141,7 +82,6 @@ void score_row(score_function f, const A* logits, index_t e, std::vector<double>
     moecomp::detail::exp_into(x, s, e);
     for (index_t j = 0; j < e; ++j) s[j] = 1.0 / (1.0 + s[j]);
   }
-#endif
 }
 
 /// The first `count` of the ids ordered by (key descending, index ascending), into order.
@@ -234,48 +174,11 @@ inline void top_k_of(const double* key, index_t e, index_t k, token_choice& c) {
   best_by_key(c.keys, k, c.order);
 }
 
-/// The top `k` experts by (key descending, index ascending) into c.order[0..k), from keys padded to a
-/// multiple of 8 with -inf (c.padded). With the vector lanes and k <= 8 the lower bound is the k-th largest of
-/// the eight lanes' maxima (experts j = q mod 8 form lane q); otherwise top_k_of's.
-inline void top_k_of_padded(const double* key, index_t e, index_t k, token_choice& c) {
-#if defined(MOECOMP_HAS_LANES)
-  if (k <= 8 && k < e) {
-    using moecomp::detail::lanes8;
-    lanes8 lane_max;
-    moecomp::detail::load_lanes(lane_max, key);
-    for (index_t b = 1; b < (e + 7) / 8; ++b) {
-      lanes8 v;
-      moecomp::detail::load_lanes(v, key + 8 * b);
-      lane_max = v > lane_max ? v : lane_max;
-    }
-    double maxima[8];
-    moecomp::detail::store_lanes(maxima, lane_max);
-    // The k-th largest lane maximum: the largest m with at least k maxima >= m (branch-free; k lanes then
-    // hold a key >= bound, so the k-th largest key is >= bound).
-    double bound = -std::numeric_limits<double>::infinity();
-    for (int i = 0; i < 8; ++i) {
-      int at_least = 0;
-      for (int j = 0; j < 8; ++j) at_least += maxima[j] >= maxima[i] ? 1 : 0;
-      bound = at_least >= k && maxima[i] > bound ? maxima[i] : bound;
-    }
-    const index_t count = gather_candidates(key, e, bound, c);
-    if (count <= max_ranked_candidates) {
-      rank_candidates(count, k, c);
-      return;
-    }
-  }
-#endif
-  top_k_of(key, e, k, c);
-}
-
-/// The logits of one token as double keys into c.padded, padded with -inf to a multiple of 8.
+/// The logits of one token as double keys into c.logit_keys (top-k selects on them).
 template <class A>
 void logits_as_keys(const A* logits, index_t e, token_choice& c) {
-  const index_t padded = (e + 7) / 8 * 8;
-  c.padded.resize(static_cast<std::size_t>(padded));
-  double* key = c.padded.data();
-  for (index_t j = 0; j < e; ++j) key[j] = static_cast<double>(logits[j]);
-  for (index_t j = e; j < padded; ++j) key[j] = -std::numeric_limits<double>::infinity();
+  c.logit_keys.resize(static_cast<std::size_t>(e));
+  for (index_t j = 0; j < e; ++j) c.logit_keys[static_cast<std::size_t>(j)] = static_cast<double>(logits[j]);
 }
 
 /// The group-limited selection of DeepSeek-V2 / V3 on `key` (V3: corrected scores): the topk_group best
@@ -317,14 +220,14 @@ void choose(const routing_params& p, const A* logits, index_t e, const A* bias, 
     // scores (rounded scores could tie where the logits do not). Weights need only the selected scores, and
     // the full softmax only when not renormalised (its denominator).
     logits_as_keys(logits, e, c);
-    top_k_of_padded(c.padded.data(), e, p.top_k, c);
+    top_k_of(c.logit_keys.data(), e, p.top_k, c);
     const index_t k = p.top_k;
     c.weights.resize(static_cast<std::size_t>(k));
     c.ids.resize(static_cast<std::size_t>(k));
     double* w = c.weights.data();
     for (index_t q = 0; q < k; ++q) {
       c.ids[static_cast<std::size_t>(q)] = c.order[static_cast<std::size_t>(q)];
-      w[q] = c.padded[static_cast<std::size_t>(c.order[static_cast<std::size_t>(q)])];
+      w[q] = c.logit_keys[static_cast<std::size_t>(c.order[static_cast<std::size_t>(q)])];
     }
     c.count = k;
     if (f == score_function::softmax && !p.renormalize) {

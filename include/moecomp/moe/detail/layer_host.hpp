@@ -16,7 +16,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
-#include <memory>
+#include <optional>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -33,8 +33,7 @@ namespace detail {
 template <class W, class A>
 void run_experts(const host_context& ctx, const ffn_params& params, const ffn_expert_stack_view<W>& experts,
                  const gating::dispatch_plan& plan, matrix_view<const A> gathered, matrix_view<A> out) {
-  const index_t tile = params.token_tile;
-  MOECOMP_EXPECTS(tile >= 1, "moe_layer_forward: params.ffn.token_tile must be >= 1, got ", tile);
+  const index_t tile = params.token_tile;  // checked by the caller (check_ffn_params)
   struct item {
     index_t expert, first, rows;
   };
@@ -49,14 +48,14 @@ void run_experts(const host_context& ctx, const ffn_params& params, const ffn_ex
   const std::size_t weights_size = expert_weights<W, A>::storage_size(shape), scratch_size = ffn_tile_scratch(shape, tile);
   host_workspace<A> buffers(ctx, (weights_size + scratch_size) * static_cast<std::size_t>(threads));
   std::vector<index_t> converted(static_cast<std::size_t>(threads), -1);  // the expert in each thread's buffer
-  std::vector<std::unique_ptr<expert_weights<W, A>>> weights(static_cast<std::size_t>(threads));
+  std::vector<std::optional<expert_weights<W, A>>> weights(static_cast<std::size_t>(threads));
   moecomp::detail::parallel_for(static_cast<index_t>(items.size()), threads, [&](index_t i, int thread) {
     const item& it = items[static_cast<std::size_t>(i)];
     A* mine = buffers.data() + (weights_size + scratch_size) * static_cast<std::size_t>(thread);
     const ffn_expert_view<W> expert = experts.expert(it.expert);
     auto& w = weights[static_cast<std::size_t>(thread)];
     if (converted[static_cast<std::size_t>(thread)] != it.expert) {
-      w = std::make_unique<expert_weights<W, A>>(ctx, expert, mine);
+      w.emplace(ctx, expert, mine);  // allocates nothing: the storage is the thread's buffer
       converted[static_cast<std::size_t>(thread)] = it.expert;
     }
     ffn_forward_tile<W, A>(params, expert, *w, gathered, out, matrix_view<A>(), it.first, it.rows, mine + weights_size);
@@ -69,6 +68,7 @@ gating::routing_result moe_layer_forward_host(const host_context& ctx, const moe
                                               matrix_view<A> y) {
   constexpr const char* fn = "moe_layer_forward";
   const index_t t_count = x.rows(), d = x.cols(), e = layer.router.rows(), e_out = layer.experts.experts();
+  check_ffn_params(fn, params.ffn);
   check_ffn_stack(fn, layer.experts);
   MOECOMP_EXPECTS(layer.router.cols() == d && layer.experts.d_model() == d, fn, ": router and experts must have d = ",
                   d, " (the columns of x), got ", layer.router.cols(), " and ", layer.experts.d_model());

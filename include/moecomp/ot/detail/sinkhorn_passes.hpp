@@ -10,7 +10,7 @@
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
-#include <moecomp/ot/detail/sinkhorn_exp.hpp>
+#include <moecomp/core/detail/vector_exp.hpp>
 #include <moecomp/ot/detail/sinkhorn_kernels.hpp>
 
 #include <algorithm>
@@ -29,6 +29,8 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace ot {
 namespace detail {
+
+using moecomp::detail::exp_vectorizable;
 
 /// Below this many matrix entries a pass runs on one thread (a parallel region costs microseconds).
 constexpr index_t sinkhorn_parallel_min_entries = 1 << 15;
