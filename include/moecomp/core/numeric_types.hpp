@@ -105,6 +105,14 @@ struct half {
 static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16> && std::is_standard_layout_v<bfloat16>);
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half> && std::is_standard_layout_v<half>);
 
+namespace detail {
+/// The element types of weights: float, double, bfloat16 or half (const or not).
+template <class T>
+inline constexpr bool is_weight_type_v =
+    std::is_same_v<std::remove_cv_t<T>, float> || std::is_same_v<std::remove_cv_t<T>, double> ||
+    std::is_same_v<std::remove_cv_t<T>, bfloat16> || std::is_same_v<std::remove_cv_t<T>, half>;
+}  // namespace detail
+
 /// The type moecomp accumulates a storage type in: float for bfloat16 / half, the type itself otherwise.
 template <class T>
 struct accumulator {

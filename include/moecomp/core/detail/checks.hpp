@@ -13,6 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
+#include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace detail {
@@ -69,6 +70,21 @@ inline void check_extents(const char* function, std::initializer_list<named_exte
   std::string got;
   for (const named_extent& e : extents) got += concat(got.empty() ? "" : ", ", e.name, " ", e.value);
   MOECOMP_FAIL(error_kind::invalid_argument, function, ": shapes must be non-negative, got ", got);
+}
+
+/// p holds each of 0..n-1 exactly once ("f: permutation must be a permutation of 0..3, got 5 at 2" or
+/// "..., got 1 twice (at 0 and 2)"); p must have n entries (checked by the caller).
+template <class I>
+void check_permutation(const char* function, const char* name, vector_view<I> p, index_t n) {
+  std::vector<index_t> seen(static_cast<std::size_t>(n), -1);
+  for (index_t i = 0; i < p.size(); ++i) {
+    const auto v = static_cast<index_t>(p[i]);
+    MOECOMP_EXPECTS(v >= 0 && v < n, function, ": ", name, " must be a permutation of 0..", n - 1, ", got ", v,
+                    " at ", i);
+    MOECOMP_EXPECTS(seen[static_cast<std::size_t>(v)] < 0, function, ": ", name, " must be a permutation of 0..",
+                    n - 1, ", got ", v, " twice (at ", seen[static_cast<std::size_t>(v)], " and ", i, ")");
+    seen[static_cast<std::size_t>(v)] = i;
+  }
 }
 
 /// Whether x[0..count) are all finite. Branch-free on the bit patterns for float and double (the exponent

@@ -35,7 +35,7 @@ inline void check_prune_params(const char* fn, const prune_params& params, index
 
 /// Every value finite; the message names the first bad entry in row-major order.
 template <class T>
-void check_prune_values(const char* fn, matrix_view<const T> w, int threads) {
+void check_prune_values(const char* fn, matrix_view<const T> w, int threads, const char* name = "w") {
   std::vector<index_t> bad(static_cast<std::size_t>(w.rows()), -1);
   moecomp::detail::parallel_for(w.rows(), threads, [&](index_t i, int) {
     for (index_t j = 0; j < w.cols(); ++j)
@@ -45,7 +45,7 @@ void check_prune_values(const char* fn, matrix_view<const T> w, int threads) {
       }
   });
   for (index_t i = 0; i < w.rows(); ++i)
-    MOECOMP_EXPECTS(bad[static_cast<std::size_t>(i)] < 0, fn, ": w must be finite, got ",
+    MOECOMP_EXPECTS(bad[static_cast<std::size_t>(i)] < 0, fn, ": ", name, " must be finite, got ",
                     convert_to<double>(w(i, bad[static_cast<std::size_t>(i)])), " at (", i, ", ",
                     bad[static_cast<std::size_t>(i)], ")");
 }
