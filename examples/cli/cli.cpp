@@ -694,6 +694,14 @@ output_files::~output_files() {
   discard_temporary_directory();
 }
 
+void output_files::stage_residual(const std::string& option, const moecomp::sparse::sparse_matrix_view& m) {
+  const auto target = path(option);
+  if (!target) return;
+  moecomp::io::write_options options;
+  options.hooks = temporary_file_hooks();
+  staged_.push_back(moecomp::io::stage_residual(*target, m, options));
+}
+
 void output_files::commit() {
   namespace fs = std::filesystem;
   for (auto& file : staged_)
@@ -743,6 +751,72 @@ int conclude(const arguments& args, output_files& outputs, json_summary summary,
                  moecomp::to_string(outcome), hint.empty() ? "" : "; ", hint.c_str());
   report(args, summary);
   return 0;
+}
+
+std::pair<moecomp::sparse::prune_params, std::string> prune_options(const arguments& args,
+                                                                    const std::string& scope_default) {
+  namespace sparse = moecomp::sparse;
+  sparse::prune_params params;
+  const std::string scope = args.value_or("--scope", scope_default);
+  const auto colon = scope.find(':');
+  if (scope == "matrix") {
+    params.scope = sparse::prune_scope::matrix;
+  } else if (scope == "row") {
+    params.scope = sparse::prune_scope::row;
+  } else if (scope == "column-block") {
+    params.scope = sparse::prune_scope::column_block;
+    if (!args.value("--column-block"))
+      throw usage_error("option --scope: column-block needs --column-block B (the block width)");
+    params.column_block = args.integer("--column-block", 0);
+  } else if (colon != std::string::npos && colon > 0 && colon + 1 < scope.size() &&
+             scope.find_first_not_of("0123456789:") == std::string::npos &&
+             scope.find(':', colon + 1) == std::string::npos) {
+    params.scope = sparse::prune_scope::n_of_m;
+    params.n = std::atoll(scope.substr(0, colon).c_str());
+    params.m = std::atoll(scope.substr(colon + 1).c_str());
+  } else {
+    throw usage_error("option --scope: expected matrix, row, column-block or N:M (e.g. 2:4), got '" + scope + "'");
+  }
+  if (params.scope == sparse::prune_scope::n_of_m) {
+    if (args.value("--keep") || args.value("--sparsity"))
+      throw usage_error("option --scope: " + scope + " keeps N of every M entries; give no --keep or --sparsity");
+  } else {
+    if (args.value("--keep") && args.value("--sparsity"))
+      throw usage_error("option --keep: give either --keep or --sparsity, not both");
+    if (!args.value("--keep") && !args.value("--sparsity"))
+      throw usage_error("option --sparsity: one of --sparsity F (the fraction to prune) or --keep F is required");
+    if (args.value("--keep")) params.keep = args.number("--keep", -1);
+    if (args.value("--sparsity")) params.sparsity = args.number("--sparsity", -1);
+  }
+  return {params, scope};
+}
+
+std::string name_the_prune_option(const std::string& message) {
+  return name_the_option(message, {{"--sparsity", "params.sparsity"},
+                                   {"--keep", "params.keep"},
+                                   {"--column-block", "params.column_block"},
+                                   {"--scope", "params.n"},
+                                   {"--scope", "params.m"}});
+}
+
+std::vector<moecomp::index_t> load_permutation(const std::string& option, const std::string& path,
+                                               moecomp::index_t rows) {
+  namespace io = moecomp::io;
+  io::npy_array array = [&] {
+    try {
+      return io::read_npy(path);
+    } catch (const moecomp::error& e) {
+      throw usage_error("option " + option + ": " + e.what());
+    }
+  }();
+  if (array.dtype() != io::npy_dtype::int32 && array.dtype() != io::npy_dtype::int64)
+    throw usage_error("option " + option + ": " + path + ": dtype " + io::to_string(array.dtype()) +
+                      " is not accepted here, expected int32 or int64");
+  if (array.ndim() != 1 || array.shape()[0] != rows)
+    throw usage_error("option " + option + ": " + path + ": expected shape (" + std::to_string(rows) +
+                      ",) (one entry per row), got " + shape_text(array.shape()));
+  const moecomp::host_vector<std::int64_t> values = array.to_vector<std::int64_t>();
+  return std::vector<moecomp::index_t>(values.data(), values.data() + values.size());
 }
 
 std::string name_the_option(const std::string& message, std::initializer_list<option_parameter> options) {

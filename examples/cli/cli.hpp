@@ -3,6 +3,7 @@
 // "moecomp: error:" line), the output files (checked first, committed together), the numerical-outcome
 // rule, --json summaries, timing, resource checks, and loading .npy operands. The contract: docs/cli.md.
 #include <moecomp/io/npy.hpp>
+#include <moecomp/io/residual_file.hpp>
 #include <moecomp/moecomp.hpp>
 
 #include <chrono>
@@ -68,6 +69,20 @@ struct option_parameter {
 /// A library invalid_argument message, with "option --reg: " in front when it is about a parameter that one
 /// of `options` sets (the library names parameters "params.<name>"; the one named first wins).
 std::string name_the_option(const std::string& message, std::initializer_list<option_parameter> options);
+
+/// The pruning options of prune and residual-encode: --scope matrix|row|column-block|N:M (scope_default when
+/// absent), --column-block B, and exactly one of --keep F / --sparsity F (neither for N:M). Returns the
+/// parameters (checked by the library later) and the scope's text.
+std::pair<moecomp::sparse::prune_params, std::string> prune_options(const arguments& args,
+                                                                    const std::string& scope_default);
+
+/// name_the_option for the pruning parameters that prune_options sets.
+std::string name_the_prune_option(const std::string& message);
+
+/// Loads a 1-D int32 / int64 array of `rows` entries given to `option` (a row permutation); usage_error
+/// naming the option and the file otherwise. Whether it is a permutation is the library's check.
+std::vector<moecomp::index_t> load_permutation(const std::string& option, const std::string& path,
+                                               moecomp::index_t rows);
 
 /// Computation precision: --dtype if given, else the input's.
 enum class precision { float32, float64 };
@@ -162,6 +177,8 @@ class output_files {
   /// whole); a run that fails before leaves no partial directory.
   template <class View>
   void stage_in_directory(const std::string& name, View view);
+  /// Writes a residual file for `option` to its temporary file (nothing if the option was not given).
+  void stage_residual(const std::string& option, const moecomp::sparse::sparse_matrix_view& m);
   /// Renames every staged file over its target, then the staged directory over its target.
   void commit();
   output_files(const output_files&) = delete;

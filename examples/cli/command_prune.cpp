@@ -6,8 +6,6 @@
 
 #include <moecomp/sparse/prune.hpp>
 
-#include <cstdlib>
-
 namespace moecomp_cli {
 namespace {
 
@@ -16,47 +14,14 @@ int run_prune(const arguments& args, output_files& outputs, const moecomp::io::n
               const std::string& path) {
   using namespace moecomp;
   host_matrix<T> w = load_float_matrix<T>(path, input, /*require_finite=*/true);
-  sparse::prune_params params;
-  const std::string scope = args.value_or("--scope", "matrix");
-  const auto colon = scope.find(':');
-  if (scope == "matrix") {
-    params.scope = sparse::prune_scope::matrix;
-  } else if (scope == "row") {
-    params.scope = sparse::prune_scope::row;
-  } else if (scope == "column-block") {
-    params.scope = sparse::prune_scope::column_block;
-    if (!args.value("--column-block")) throw usage_error("option --scope: column-block needs --column-block B (the block width)");
-    params.column_block = args.integer("--column-block", 0);
-  } else if (colon != std::string::npos && colon > 0 && colon + 1 < scope.size() &&
-             scope.find_first_not_of("0123456789:") == std::string::npos && scope.find(':', colon + 1) == std::string::npos) {
-    params.scope = sparse::prune_scope::n_of_m;
-    params.n = std::atoll(scope.substr(0, colon).c_str());
-    params.m = std::atoll(scope.substr(colon + 1).c_str());
-  } else {
-    throw usage_error("option --scope: expected matrix, row, column-block or N:M (e.g. 2:4), got '" + scope + "'");
-  }
-  if (params.scope == sparse::prune_scope::n_of_m) {
-    if (args.value("--keep") || args.value("--sparsity"))
-      throw usage_error("option --scope: " + scope + " keeps N of every M entries; give no --keep or --sparsity");
-  } else {
-    if (args.value("--keep") && args.value("--sparsity"))
-      throw usage_error("option --keep: give either --keep or --sparsity, not both");
-    if (!args.value("--keep") && !args.value("--sparsity"))
-      throw usage_error("option --sparsity: one of --sparsity F (the fraction to prune) or --keep F is required");
-    if (args.value("--keep")) params.keep = args.number("--keep", -1);
-    if (args.value("--sparsity")) params.sparsity = args.number("--sparsity", -1);
-  }
+  const auto [params, scope] = prune_options(args, "matrix");
   const host_context ctx = make_context(args);
   const stopwatch timer;
   sparse::prune_result r;
   try {
     r = sparse::prune_magnitude<T>(ctx, params, w.view());
   } catch (const invalid_argument& e) {
-    const std::string message = name_the_option(e.what(), {{"--sparsity", "params.sparsity"},
-                                                           {"--keep", "params.keep"},
-                                                           {"--column-block", "params.column_block"},
-                                                           {"--scope", "params.n"},
-                                                           {"--scope", "params.m"}});
+    const std::string message = name_the_prune_option(e.what());
     throw usage_error(message != e.what() ? message : path + ": " + e.what());
   }
   const double seconds = timer.seconds();

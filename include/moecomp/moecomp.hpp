@@ -35,4 +35,5 @@
 #include <moecomp/moe/layer.hpp>
 #include <moecomp/similarity/cka.hpp>
 #include <moecomp/sparse/prune.hpp>
+#include <moecomp/sparse/residual.hpp>
 #include <moecomp/similarity/partition.hpp>

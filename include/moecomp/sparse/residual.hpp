@@ -39,19 +39,33 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace sparse {
 
-/// A view of sections that did not come from an encoder (a file, a foreign buffer), after checking every
-/// byte (docs/sparse.md, "Validation"): throws invalid_argument naming the first problem. The view does not
-/// own the bytes.
+/// Checks sections that did not come from an encoder (a file, a foreign buffer) byte by byte (docs/sparse.md,
+/// "Validation"): returns "" and, if `view` is given, sets *view to a view of them (not owning the bytes) when
+/// they describe a valid matrix; otherwise returns the first problem (one phrase) and leaves *view alone.
+inline std::string check_sparse_sections(index_t rows, index_t cols, sparse_format format, value_dtype values,
+                                         std::uint64_t count, const std::uint8_t* offsets,
+                                         std::uint64_t offsets_length, const std::uint8_t* structure,
+                                         std::uint64_t structure_length, const std::uint8_t* value_bytes,
+                                         std::uint64_t values_length, sparse_matrix_view* view = nullptr) {
+  std::string problem =
+      detail::sparse_sections_problem(rows, cols, format, values, count, offsets, offsets_length, structure,
+                                      structure_length, value_bytes, values_length);
+  if (problem.empty() && view != nullptr)
+    *view = detail::sparse_view_access::make(rows, cols, format, values, count, offsets, structure, value_bytes);
+  return problem;
+}
+
+/// check_sparse_sections that throws invalid_argument naming the first problem.
 inline sparse_matrix_view view_sparse_sections(index_t rows, index_t cols, sparse_format format, value_dtype values,
                                                std::uint64_t count, const std::uint8_t* offsets,
                                                std::uint64_t offsets_length, const std::uint8_t* structure,
                                                std::uint64_t structure_length, const std::uint8_t* value_bytes,
                                                std::uint64_t values_length) {
-  const std::string problem =
-      detail::sparse_sections_problem(rows, cols, format, values, count, offsets, offsets_length, structure,
-                                      structure_length, value_bytes, values_length);
+  sparse_matrix_view view;
+  const std::string problem = check_sparse_sections(rows, cols, format, values, count, offsets, offsets_length,
+                                                    structure, structure_length, value_bytes, values_length, &view);
   MOECOMP_EXPECTS(problem.empty(), "view_sparse_sections: the sections must describe a valid matrix: ", problem);
-  return sparse_matrix_view(rows, cols, format, values, count, offsets, structure, value_bytes);
+  return view;
 }
 
 /// Encodes r (float, double, bfloat16 or half) into out in params.format (automatic: the smallest that can

@@ -94,8 +94,13 @@ inline section_lengths sparse_section_lengths(sparse_format format, value_dtype 
   return s;
 }
 
+namespace detail {
+struct sparse_view_access;
+}
+
 /// A read-only view of a matrix in one of the formats: three little-endian byte sections (docs/sparse.md).
-/// Made by sparse_matrix::view() or by view_sparse_sections(), which checks untrusted bytes completely, so
+/// Made by sparse_matrix::view() or by view_sparse_sections() / check_sparse_sections(), which check untrusted
+/// bytes completely, so
 /// every sparse_matrix_view describes a valid matrix.
 class sparse_matrix_view {
  public:
@@ -120,9 +125,7 @@ class sparse_matrix_view {
 
  private:
   friend class sparse_matrix;
-  friend sparse_matrix_view view_sparse_sections(index_t, index_t, sparse_format, value_dtype, std::uint64_t,
-                                                 const std::uint8_t*, std::uint64_t, const std::uint8_t*,
-                                                 std::uint64_t, const std::uint8_t*, std::uint64_t);
+  friend struct detail::sparse_view_access;
   sparse_matrix_view(index_t rows, index_t cols, sparse_format format, value_dtype values_dtype, std::uint64_t count,
                      const std::uint8_t* offsets, const std::uint8_t* structure, const std::uint8_t* values) noexcept
       : rows_(rows), cols_(cols), format_(format), values_dtype_(values_dtype), count_(count), offsets_(offsets),
@@ -140,7 +143,7 @@ class sparse_matrix_view {
 /// file reader returns. Movable; its sections are exactly the bytes the file container stores.
 namespace detail {
 struct sparse_matrix_access;
-}
+}  // namespace detail
 
 class sparse_matrix {
  public:

@@ -39,6 +39,15 @@ struct sparse_matrix_access {
   static std::uint8_t* values(sparse_matrix& m) noexcept { return m.values_.data(); }
 };
 
+/// Views of checked sections (the public check_sparse_sections makes them).
+struct sparse_view_access {
+  static sparse_matrix_view make(index_t rows, index_t cols, sparse_format format, value_dtype values,
+                                 std::uint64_t count, const std::uint8_t* offsets, const std::uint8_t* structure,
+                                 const std::uint8_t* value_bytes) noexcept {
+    return sparse_matrix_view(rows, cols, format, values, count, offsets, structure, value_bytes);
+  }
+};
+
 /// Value codecs, one per value_dtype: the stored bits of a float, and back.
 template <value_dtype D>
 struct value_codec;
