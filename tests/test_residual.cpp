@@ -11,6 +11,7 @@
 
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -162,6 +163,28 @@ TEST_CASE("decoding gives back exactly what was encoded, for every format, value
     std::size_t differing = 0;
     for (index_t i = 0; i < 20; ++i)
       for (index_t j = 0; j < 64; ++j) differing += bb(i, j).bits != b(i, j).bits;
+    CHECK(differing == 0);
+  }
+}
+
+TEST_CASE("every finite half and bfloat16 value decodes exactly, subnormals included") {
+  for (auto d : {sparse::value_dtype::float16, sparse::value_dtype::bfloat16}) {
+    CAPTURE(sparse::to_string(d));
+    std::vector<float> all;
+    for (std::uint32_t bits = 1; bits < 0x10000u; ++bits) {
+      const float v = d == sparse::value_dtype::float16 ? half::to_float(static_cast<std::uint16_t>(bits))
+                                                        : static_cast<float>(bfloat16::from_bits(static_cast<std::uint16_t>(bits)));
+      if (std::isfinite(v) && bits != 0x8000u) all.push_back(v);
+    }
+    const host_matrix<float> m = [&] {
+      host_matrix<float> x(1, static_cast<index_t>(all.size()));
+      std::copy(all.begin(), all.end(), x.data());
+      return x;
+    }();
+    host_matrix<float> back(m.rows(), m.cols());
+    sparse::decode_sparse<float>(host_context(1), encode(m, sparse::sparse_format::bitmap, d).view(), back.view());
+    std::size_t differing = 0;
+    for (index_t j = 0; j < m.cols(); ++j) differing += bits_of(back(0, j)) != bits_of(m(0, j));
     CHECK(differing == 0);
   }
 }

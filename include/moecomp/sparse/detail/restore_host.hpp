@@ -64,40 +64,80 @@ inline std::vector<std::uint64_t> bitmap_row_starts(const host_context& ctx, con
   return starts;
 }
 
-/// Adds row s of r into acc (cols entries), or with Assign, writes its stored values over acc (decoding:
-/// bit-exact, -0 included, which 0 + -0 would not be).
-template <class Acc, class Codec, bool Assign>
-inline void add_sparse_row(const sparse_matrix_view& r, const std::vector<std::uint64_t>& bitmap_starts, index_t s,
-                           Acc* acc) {
-  const std::uint8_t* values = r.values();
-  const index_t cols = r.cols();
+/// The columns restore handles at a time: the base's chunk is read, the residual's entries in it added, and
+/// the chunk written, so that the memory streams and the scattered adds overlap instead of alternating per row.
+inline constexpr index_t restore_chunk = 512;
+
+/// Where a row's stored values begin and, for csr16, end.
+struct row_cursor {
+  std::uint64_t k = 0, end = 0;
+};
+
+inline row_cursor row_start(const sparse_matrix_view& r, const std::vector<std::uint64_t>& bitmap_starts, index_t s) {
+  row_cursor c;
   if (r.format() == sparse_format::csr16) {
-    const std::uint64_t begin = load_le<std::uint64_t>(r.offsets() + 8 * static_cast<std::uint64_t>(s));
-    const std::uint64_t end = load_le<std::uint64_t>(r.offsets() + 8 * static_cast<std::uint64_t>(s + 1));
-    const std::uint8_t* columns = r.structure();
-    for (std::uint64_t k = begin; k < end; ++k)
-      put<Assign>(acc[load_le<std::uint16_t>(columns + 2 * k)], static_cast<Acc>(Codec::load(values, k)));
+    c.k = load_le<std::uint64_t>(r.offsets() + 8 * static_cast<std::uint64_t>(s));
+    c.end = load_le<std::uint64_t>(r.offsets() + 8 * static_cast<std::uint64_t>(s + 1));
   } else if (r.format() == sparse_format::bitmap) {
-    const auto row_bytes = static_cast<std::uint64_t>((cols + 7) / 8);
-    const std::uint8_t* bits = r.structure() + static_cast<std::uint64_t>(s) * row_bytes;
-    std::uint64_t k = bitmap_starts[static_cast<std::size_t>(s)];
-    std::uint64_t j = 0;
-    for (; j + 8 <= row_bytes; j += 8)
-      for (std::uint64_t word = load_le<std::uint64_t>(bits + j); word != 0; word &= word - 1)
-        put<Assign>(acc[8 * j + trailing_zeros(word)], static_cast<Acc>(Codec::load(values, k++)));
-    for (; j < row_bytes; ++j)
-      for (std::uint64_t byte = bits[j]; byte != 0; byte &= byte - 1)
-        put<Assign>(acc[8 * j + trailing_zeros(byte)], static_cast<Acc>(Codec::load(values, k++)));
+    c.k = bitmap_starts[static_cast<std::size_t>(s)];
   } else {
-    const index_t groups = cols / 4;
-    const std::uint8_t* codes = r.structure() + static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>((groups + 1) / 2);
-    std::uint64_t k = static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(cols / 2);
-    for (index_t g = 0; g < groups; ++g) {
-      const unsigned code = two_of_four_code(codes, g);
-      put<Assign>(acc[4 * g + (code & 3u)], static_cast<Acc>(Codec::load(values, k)));
-      put<Assign>(acc[4 * g + (code >> 2)], static_cast<Acc>(Codec::load(values, k + 1)));
-      k += 2;
+    c.k = static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>(r.cols() / 2);
+  }
+  return c;
+}
+
+/// Adds (or with Assign, writes: decoding is then bit-exact, -0 included, which 0 + -0 would not be) the
+/// stored values of row s in columns [c0, c0 + n) into acc, which holds those columns (acc[0] is column c0).
+/// c0 is a multiple of restore_chunk; the cursor advances past them.
+template <class Acc, class Codec, bool Assign>
+inline void add_sparse_chunk(const sparse_matrix_view& r, index_t s, index_t c0, index_t n, row_cursor& c, Acc* acc) {
+  const std::uint8_t* values = r.values();
+  if (r.format() == sparse_format::csr16) {
+    const std::uint8_t* columns = r.structure();
+    const auto limit = static_cast<std::uint64_t>(c0 + n);
+    for (; c.k < c.end; ++c.k) {
+      const std::uint64_t column = load_le<std::uint16_t>(columns + 2 * c.k);
+      if (column >= limit) break;
+      put<Assign>(acc[column - static_cast<std::uint64_t>(c0)], static_cast<Acc>(Codec::load(values, c.k)));
     }
+  } else if (r.format() == sparse_format::bitmap) {
+    const auto row_bytes = static_cast<std::uint64_t>((r.cols() + 7) / 8);
+    const std::uint8_t* bits = r.structure() + static_cast<std::uint64_t>(s) * row_bytes + static_cast<std::uint64_t>(c0 / 8);
+    for (index_t w0 = 0; w0 < n; w0 += 64) {
+      const index_t width = std::min<index_t>(64, n - w0);
+      std::uint64_t word = 0;
+      if (width == 64) {
+        word = load_le<std::uint64_t>(bits + w0 / 8);
+      } else {
+        for (index_t b = 0; b < (width + 7) / 8; ++b) word |= static_cast<std::uint64_t>(bits[w0 / 8 + b]) << (8 * b);
+      }
+      for (; word != 0; word &= word - 1)
+        put<Assign>(acc[static_cast<std::uint64_t>(w0) + trailing_zeros(word)], static_cast<Acc>(Codec::load(values, c.k++)));
+    }
+  } else {
+    const std::uint8_t* codes = r.structure() + static_cast<std::uint64_t>(s) * static_cast<std::uint64_t>((r.cols() / 4 + 1) / 2);
+    for (index_t g = c0 / 4; g < (c0 + n) / 4; ++g) {
+      const unsigned code = two_of_four_code(codes, g);
+      Acc* group = acc + (4 * g - c0);
+      put<Assign>(group[code & 3u], static_cast<Acc>(Codec::load(values, c.k)));
+      put<Assign>(group[code >> 2], static_cast<Acc>(Codec::load(values, c.k + 1)));
+      c.k += 2;
+    }
+  }
+}
+
+/// to[j] = the Acc value converted to To; bfloat16 without a branch, so that the loop vectorises.
+template <class To, class Acc>
+inline void store_chunk(const Acc* acc, To* to, index_t n) noexcept {
+  if constexpr (std::is_same_v<To, bfloat16> && std::is_same_v<Acc, float>) {
+    for (index_t j = 0; j < n; ++j) {
+      const std::uint32_t u = moecomp::detail::float_bits(acc[j]);
+      const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      const std::uint32_t nan = (u >> 16) | 0x40u;
+      to[j].bits = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    }
+  } else {
+    for (index_t j = 0; j < n; ++j) to[j] = convert_to<To>(acc[j]);
   }
 }
 
@@ -110,33 +150,28 @@ void restore_host(const host_context& ctx, const matrix_view<const Tb>* base, co
   const std::vector<std::uint64_t> bitmap_starts =
       r.format() == sparse_format::bitmap ? bitmap_row_starts(ctx, r) : std::vector<std::uint64_t>();
   const int threads = std::max(ctx.threads(), 1);
-  std::vector<std::vector<Acc>> scratch(std::is_same_v<To, Acc> ? 0 : static_cast<std::size_t>(threads));
   const index_t block = sparse_row_block(rows, cols, threads);
   with_value_codec(r.values_dtype(), [&](auto codec) {
     using Codec = decltype(codec);
-    moecomp::detail::parallel_for((rows + block - 1) / block, threads, [&](index_t b, int thread) {
-      Acc* acc = nullptr;
-      if constexpr (!std::is_same_v<To, Acc>) {
-        std::vector<Acc>& mine = scratch[static_cast<std::size_t>(thread)];
-        if (mine.size() != static_cast<std::size_t>(cols)) mine.assign(static_cast<std::size_t>(cols), Acc(0));
-        acc = mine.data();
-      }
+    moecomp::detail::parallel_for((rows + block - 1) / block, threads, [&](index_t b, int) {
+      alignas(64) Acc scratch[restore_chunk];
       for (index_t i = b * block; i < std::min(rows, (b + 1) * block); ++i) {
         const index_t s = permutation != nullptr ? permutation[i] : i;
-        if constexpr (std::is_same_v<To, Acc>) acc = out.row_ptr(i);
-        if (base != nullptr) {
-          const Tb* from = base->row_ptr(s);
-          for (index_t j = 0; j < cols; ++j) acc[j] = convert_to<Acc>(from[j]);
-        } else {
-          std::fill(acc, acc + cols, Acc(0));
-        }
-        if (base != nullptr)
-          add_sparse_row<Acc, Codec, false>(r, bitmap_starts, s, acc);
-        else
-          add_sparse_row<Acc, Codec, true>(r, bitmap_starts, s, acc);
-        if constexpr (!std::is_same_v<To, Acc>) {
-          To* to = out.row_ptr(i);
-          for (index_t j = 0; j < cols; ++j) to[j] = convert_to<To>(acc[j]);
+        row_cursor cursor = row_start(r, bitmap_starts, s);
+        To* to_row = out.row_ptr(i);
+        const Tb* from_row = base != nullptr ? base->row_ptr(s) : nullptr;
+        for (index_t c0 = 0; c0 < cols; c0 += restore_chunk) {
+          const index_t n = std::min(restore_chunk, cols - c0);
+          Acc* acc = scratch;
+          if constexpr (std::is_same_v<To, Acc>) acc = to_row + c0;
+          if (from_row != nullptr) {
+            for (index_t j = 0; j < n; ++j) acc[j] = convert_to<Acc>(from_row[c0 + j]);
+            add_sparse_chunk<Acc, Codec, false>(r, s, c0, n, cursor, acc);
+          } else {
+            for (index_t j = 0; j < n; ++j) acc[j] = Acc(0);
+            add_sparse_chunk<Acc, Codec, true>(r, s, c0, n, cursor, acc);
+          }
+          if constexpr (!std::is_same_v<To, Acc>) store_chunk<To, Acc>(acc, to_row + c0, n);
         }
       }
     });
