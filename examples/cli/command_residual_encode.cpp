@@ -76,6 +76,7 @@ int run_residual_encode(const arguments& args, output_files& outputs, const moec
                       .add("bytes", static_cast<long long>(bytes))
                       .add("section_bytes", static_cast<long long>(info.bytes))
                       .add("bits_per_weight", w.size() > 0 ? 8.0 * static_cast<double>(bytes) / static_cast<double>(w.size()) : 0.0)
+                      .add("squared_error", info.squared_error)
                       .add("seconds", seconds),
                   status::ok, "residual-encode", "");
 }

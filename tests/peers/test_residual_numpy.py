@@ -5,6 +5,8 @@
   mask (tie-free data), then encoded: the tool's file is byte for byte the file that an independent numpy
   transcription of the documented layout (residual_format.py) writes for that R, for every format (csr16,
   bitmap, 2:4 with 2:4 pruning) and value dtype (fp32, fp16, bf16), and --json's counts and sizes agree.
+* --json's squared_error (ResMoE's approximation error, Appendix A.6) equals ||P W - (B + stored R)||_F^2 from
+  numpy in float64.
 * residual-decode gives B + R in float32 exactly as numpy adds them, in W's own row order with --permutation;
   files written by the transcription decode the same way (both directions of the layout).
 * Corrupt files: truncated, bad checksum, wrong version, shape disagreeing with the base, column index out of
@@ -104,11 +106,15 @@ class Checker(ToolRunner):
                         continue
                     chosen = j["format"]
                     reference = residual_format.encode(expected, chosen, dtype)
+                    # ResMoE's approximation error of the matrix: ||P W - (B + stored R)||_F^2, in float64.
+                    error = float(np.sum((r.astype(np.float64) - as_stored(expected, dtype).astype(np.float64)) ** 2))
                     ok = (data == reference and j["kept"] == kept and j["bytes"] == len(data)
+                          and abs(j["squared_error"] - error) <= 1e-9 * max(error, 1e-30)
                           and abs(j["bits_per_weight"] - 8 * len(data) / w.size) < 1e-9
                           and (fmt == "auto" or chosen == fmt))
                     self.check(f"encode {label}", ok, err or f"{len(data)} bytes as {chosen}, kept {j['kept']} "
-                               f"(torch {kept}); byte-identical to the numpy transcription: {data == reference}")
+                               f"(torch {kept}); byte-identical to the numpy transcription: {data == reference}; "
+                               f"squared error {j['squared_error']:.9g} (numpy {error:.9g})")
                     back, err = self.decode(self.path("r.bin"), "--permutation", self.path("p.npy"))
                     want = (base[perm] + as_stored(expected, dtype)[perm]).astype(np.float32)
                     self.check(f"decode {label}", back is not None and np.array_equal(back.view(np.uint32),

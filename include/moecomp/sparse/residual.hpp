@@ -119,6 +119,19 @@ void decode_sparse(const host_context& ctx, const sparse_matrix_view& r, matrix_
   detail::restore_host<T, T>(ctx, nullptr, r, nullptr, out);
 }
 
+/// ||full - stored||_F^2 in double, where `stored` is `pruned` (a pruned copy of `full`) with each non-+0 entry
+/// rounded to `values` and every other entry 0: what pruning and value rounding lose, as encode_residual reports
+/// it (residual_info::squared_error). For residuals formed outside encode_residual (an expert's design matrix).
+template <class T>
+double stored_squared_error(const host_context& ctx, moecomp::detail::type_identity_t<matrix_view<const T>> full,
+                            moecomp::detail::type_identity_t<matrix_view<const T>> pruned, value_dtype values) {
+  static_assert(moecomp::detail::is_weight_type_v<T>, "stored_squared_error: T must be float, double, bfloat16 or half");
+  MOECOMP_EXPECTS(pruned.rows() == full.rows() && pruned.cols() == full.cols(), "stored_squared_error: pruned must be ",
+                  moecomp::detail::shape_string(full.rows(), full.cols()), " like full, got ",
+                  moecomp::detail::shape_string(pruned.rows(), pruned.cols()));
+  return detail::encoding_squared_error<T>(ctx, full, pruned, values);
+}
+
 /// ResMoE's residual in one call: R(p(i), :) = w(i, :) - base(p(i), :) (in float; double for double input),
 /// pruned by params.prune (torch's l1_unstructured count and scopes, <moecomp/sparse/prune.hpp>), then encoded
 /// by params.encode into out. Returns the pruning counts and threshold and the format's size.
@@ -157,8 +170,10 @@ residual_info encode_residual(const host_context& ctx, const residual_params& pa
     for (index_t j = 0; j < w.cols(); ++j) rs[j] = convert_to<Acc>(wi[j]) - convert_to<Acc>(bs[j]);
   });
   residual_info info;
-  info.pruned = detail::prune_host<Acc>(ctx, params.prune, r.const_view(), rv);
-  detail::encode_sparse_host<Acc>(ctx, params.encode, r.const_view(), out);
+  host_matrix<Acc> pruned(w.rows(), w.cols());
+  info.pruned = detail::prune_host<Acc>(ctx, params.prune, r.const_view(), pruned.view());
+  detail::encode_sparse_host<Acc>(ctx, params.encode, pruned.const_view(), out);
+  info.squared_error = detail::encoding_squared_error<Acc>(ctx, r.const_view(), pruned.const_view(), params.encode.values);
   info.format = out.format();
   info.bytes = out.bytes();
   info.bits_per_weight = out.bits_per_weight();

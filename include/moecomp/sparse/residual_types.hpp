@@ -200,7 +200,20 @@ struct residual_info {
   sparse_format format = sparse_format::csr16;  ///< the format chosen (automatic resolved)
   std::uint64_t bytes = 0;                      ///< the sections' bytes
   double bits_per_weight = 0;
+  /// ||R - decode(stored)||_F^2 = ||P W - (B + stored)||_F^2 before the final rounding of a restore: what the
+  /// pruning and the value rounding lose (ResMoE's approximation error of one matrix, Appendix A.6), summed
+  /// in double.
+  double squared_error = 0;
 };
+
+/// ResMoE's approximation error of a layer (Appendix A.6): the mean over the N experts of each expert's
+/// squared error over all its matrices, divided by d_ff as the paper reports it.
+inline double layer_approximation_error(const std::vector<double>& expert_squared_errors, index_t d_ff) noexcept {
+  if (expert_squared_errors.empty() || d_ff <= 0) return 0;
+  double sum = 0;
+  for (double e : expert_squared_errors) sum += e;
+  return sum / static_cast<double>(expert_squared_errors.size()) / static_cast<double>(d_ff);
+}
 
 }  // namespace sparse
 MOECOMP_NAMESPACE_END

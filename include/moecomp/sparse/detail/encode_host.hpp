@@ -203,6 +203,34 @@ void encode_sparse_host(const host_context& ctx, const encode_params& params, ma
   with_value_codec(params.values, [&](auto codec) { encode_rows<T>(ctx, r, census, format, codec, out); });
 }
 
+/// ||full - stored||_F^2 in double, where stored is `pruned` with each entry rounded to the value dtype (pruned
+/// entries are 0): the error of pruning plus value rounding. Row sums added in row order.
+template <class T>
+double encoding_squared_error(const host_context& ctx, matrix_view<const T> full, matrix_view<const T> pruned,
+                              value_dtype values) {
+  std::vector<double> rows(static_cast<std::size_t>(full.rows()), 0.0);
+  with_value_codec(values, [&](auto codec) {
+    using Codec = decltype(codec);
+    moecomp::detail::parallel_for(full.rows(), ctx.threads(), [&](index_t i, int) {
+      double s = 0;
+      for (index_t j = 0; j < full.cols(); ++j) {
+        double q = 0;
+        if (entry_stored(pruned(i, j))) {
+          std::uint8_t bytes[4];
+          Codec::store(bytes, 0, convert_to<float>(pruned(i, j)));
+          q = static_cast<double>(Codec::load(bytes, 0));
+        }
+        const double d = convert_to<double>(full(i, j)) - q;
+        s += d * d;
+      }
+      rows[static_cast<std::size_t>(i)] = s;
+    });
+  });
+  double total = 0;
+  for (double x : rows) total += x;
+  return total;
+}
+
 }  // namespace detail
 }  // namespace sparse
 MOECOMP_NAMESPACE_END
