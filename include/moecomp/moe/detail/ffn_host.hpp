@@ -1,6 +1,7 @@
 #pragma once
-// The expert forward on the host, behind <moecomp/moe/ffn.hpp>: token tiles, each on one thread, two or three
-// single-threaded GEMMs per tile in the accumulator type, the activation and gate in between.
+// The expert forward on the host, behind <moecomp/moe/ffn.hpp>: up to one tile of tokens, the weights in panels
+// over the threads; more, token tiles, each on one thread, two or three single-threaded GEMMs per tile in the
+// accumulator type, the activation and gate in between.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
@@ -8,6 +9,7 @@
 #include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/moe/detail/activation.hpp>
 #include <moecomp/core/detail/gemm.hpp>
+#include <moecomp/core/detail/linear.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 
 #include <algorithm>
@@ -111,12 +113,45 @@ void ffn_forward_tile(const ffn_params& params, const ffn_expert_view<W>& expert
   }
 }
 
-/// y (n x d) and, when hidden is not null, the hidden activations h (n x d_ff) of tokens x (n x d).
+/// One tile's worth of tokens (n <= token_tile): the weights read once, in panels spread over the threads
+/// (core's linear_abt), instead of converting the whole expert and running the tile on one thread. This is
+/// the decode-size path: memory-bound on the weights, with every thread streaming them.
+template <class W, class A>
+void ffn_forward_panels(const host_context& ctx, const ffn_params& params, const ffn_expert_view<W>& expert,
+                        matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden) {
+  const index_t n = x.rows(), d = expert.d_model(), d_ff = expert.d_ff();
+  host_workspace<A> scratch(ctx, static_cast<std::size_t>(n * d_ff) * (expert.gated() ? 2 : 1));
+  const matrix_view<A> h(scratch.data(), n, d_ff, d_ff);
+  const matrix_view<A> u(expert.gated() ? scratch.data() + n * d_ff : nullptr, expert.gated() ? n : 0, d_ff, d_ff);
+  moecomp::detail::linear_abt<W, A>(ctx, x, expert.w1, h);
+  if (expert.gated()) moecomp::detail::linear_abt<W, A>(ctx, x, expert.w3, u);
+  for (index_t r = 0; r < n; ++r) {
+    A* hr = h.row_ptr(r);
+    for (index_t j = 0; j < d_ff; ++j) {
+      const A a = activate<A>(params.act, hr[j] + (expert.b1.empty() ? A(0) : convert_to<A>(expert.b1[j])));
+      hr[j] = expert.gated() ? a * (u(r, j) + (expert.b3.empty() ? A(0) : convert_to<A>(expert.b3[j]))) : a;
+    }
+    if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(r));
+  }
+  if (y.empty()) return;
+  moecomp::detail::linear_abt<W, A>(ctx, matrix_view<const A>(h), expert.w2, y);
+  if (!expert.b2.empty())
+    for (index_t r = 0; r < n; ++r)
+      for (index_t j = 0; j < d; ++j) y(r, j) += convert_to<A>(expert.b2[j]);
+}
+
+/// y (n x d) and, when hidden is not null, the hidden activations h (n x d_ff) of tokens x (n x d). At most one
+/// tile of tokens: the panel path (all threads on the weights); more: tiles of tokens over the threads, the
+/// weights converted once. The path depends on n only, so results do not depend on the thread count.
 template <class W, class A = accumulator_t<W>>
 void ffn_forward_host(const host_context& ctx, const ffn_params& params, const ffn_expert_view<W>& expert,
                       matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden) {
   const index_t n = x.rows(), tile = params.token_tile;
   if (n == 0) return;
+  if (n <= tile) {
+    ffn_forward_panels<W, A>(ctx, params, expert, x, y, hidden);
+    return;
+  }
   const expert_weights<W, A> w(ctx, expert);
   const int threads = std::max(1, ctx.threads());
   const index_t tiles = (n + tile - 1) / tile;
