@@ -8,9 +8,11 @@
 //   y = W2 (act(W1 x + b1) * (W3 x + b3)) + b2 (gated) or W2 act(W1 x + b1) + b2, n x d in A;
 //   hidden: the n x d_ff activations fed to W2 (for alignment by activations).
 //
-// Method: tiles of params.token_tile tokens, each on one thread: x W1^T (and x W3^T) by one GEMM each, the
-// activation and gate, then h W2^T by one GEMM. 16-bit weights are converted to float once per call (a
-// copy of 3 d d_ff floats per expert at most); float / double weights are used in place (any row stride).
+// Method: up to params.token_tile tokens, the weights read once in 64-row panels spread over the threads
+// (each panel converted to float for 16-bit storage, then one GEMM); more tokens, tiles of params.token_tile
+// tokens, each on one thread: x W1^T (and x W3^T) by one GEMM each, the activation and gate, then h W2^T by one
+// GEMM, 16-bit weights converted to float once per call (a copy of 3 d d_ff floats per expert at most); float /
+// double weights are used in place (any row stride). The path depends on the token count only.
 // Precision: float accumulation for float, bfloat16 and half storage; double for double. Deterministic:
 // bit-identical at any thread count (fixed tiles, single-threaded GEMMs). Cost: 2 n d d_ff (2 or 3) flops.
 // Host only for now.
