@@ -12,6 +12,7 @@
 #include <moecomp/sparse/residual_types.hpp>
 #include <moecomp/core/detail/linear.hpp>
 #include <moecomp/core/detail/parallel.hpp>
+#include <moecomp/sparse/detail/bitmap_simd.hpp>
 #include <moecomp/sparse/detail/restore_host.hpp>
 #include <moecomp/sparse/detail/sparse_layout.hpp>
 
@@ -30,6 +31,9 @@ inline constexpr index_t apply_row_block = 64;
 /// and multiplied by one GEMM (GEMM speed on 4x the entries beats the scalar sparse loop from here on, measured
 /// on the Mixtral shape); fewer rows take the sparse path. The path depends on the rows only.
 inline constexpr index_t apply_dense_min_rows = 4;
+/// The same for bitmap residuals where the AVX-512 kernel runs (16 positions per expand): it stays ahead of
+/// the dense panels up to here.
+inline constexpr index_t apply_dense_min_rows_simd = 32;
 
 /// Residual rows per dense panel: about 256 KiB of floats.
 inline index_t apply_panel_rows(index_t in) noexcept {
@@ -161,6 +165,31 @@ void shared_base_apply_host(const host_context& ctx, matrix_view<const A> x, mat
     const index_t o_end = std::min(out, (b + 1) * apply_row_block);
     with_value_codec(r.values_dtype(), [&](auto codec) {
       using Codec = decltype(codec);
+#if MOECOMP_SPARSE_AVX512
+      if constexpr (std::is_same_v<A, float>) {
+        if (r.format() == sparse_format::bitmap && m < apply_dense_min_rows_simd) {
+          for (index_t o = b * apply_row_block; o < o_end; ++o) {
+            const std::uint64_t k = starts[static_cast<std::size_t>(o)];
+            for (index_t t0 = 0; t0 < m; t0 += 8) {
+              const float* xr = x.row_ptr(first + t0);
+              float* sums = acc + t0;
+              switch (std::min<index_t>(8, m - t0)) {
+                case 1: bitmap_row_product<1, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                case 2: bitmap_row_product<2, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                case 3: bitmap_row_product<3, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                case 4: bitmap_row_product<4, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                case 5: bitmap_row_product<5, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                case 6: bitmap_row_product<6, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                case 7: bitmap_row_product<7, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+                default: bitmap_row_product<8, Codec::dtype>(r, o, k, xr, x.row_stride(), sums); break;
+              }
+            }
+            for (index_t t = 0; t < m; ++t) y(first + t, o) += acc[t];
+          }
+          return;
+        }
+      }
+#endif
       if (m < apply_dense_min_rows) {
         const A* block = xt.data() + first * in;
         for (index_t o = b * apply_row_block; o < o_end; ++o) {

@@ -9,6 +9,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/sparse/residual_types.hpp>
 #include <moecomp/core/detail/parallel.hpp>
+#include <moecomp/sparse/detail/bitmap_simd.hpp>
 #include <moecomp/sparse/detail/encode_host.hpp>
 #include <moecomp/sparse/detail/sparse_layout.hpp>
 
@@ -155,11 +156,20 @@ void restore_host(const host_context& ctx, const matrix_view<const Tb>* base, co
     using Codec = decltype(codec);
     moecomp::detail::parallel_for((rows + block - 1) / block, threads, [&](index_t b, int) {
       alignas(64) Acc scratch[restore_chunk];
+
       for (index_t i = b * block; i < std::min(rows, (b + 1) * block); ++i) {
         const index_t s = permutation != nullptr ? permutation[i] : i;
         row_cursor cursor = row_start(r, bitmap_starts, s);
         To* to_row = out.row_ptr(i);
         const Tb* from_row = base != nullptr ? base->row_ptr(s) : nullptr;
+#if MOECOMP_SPARSE_AVX512
+        if constexpr (bitmap_restore_simd_v<Tb, To>) {
+          if (r.format() == sparse_format::bitmap) {
+            restore_bitmap_row<Codec::dtype, Tb, To>(r, s, cursor.k, from_row, to_row);
+            continue;
+          }
+        }
+#endif
         for (index_t c0 = 0; c0 < cols; c0 += restore_chunk) {
           const index_t n = std::min(restore_chunk, cols - c0);
           Acc* acc = scratch;

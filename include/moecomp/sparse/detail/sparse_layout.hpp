@@ -53,6 +53,7 @@ template <value_dtype D>
 struct value_codec;
 template <>
 struct value_codec<value_dtype::float32> {
+  static constexpr value_dtype dtype = value_dtype::float32;
   static constexpr std::size_t size = 4;
   static void store(std::uint8_t* values, std::uint64_t k, float v) noexcept {
     store_le<std::uint32_t>(values + 4 * k, moecomp::detail::float_bits(v));
@@ -63,6 +64,7 @@ struct value_codec<value_dtype::float32> {
 };
 template <>
 struct value_codec<value_dtype::float16> {
+  static constexpr value_dtype dtype = value_dtype::float16;
   static constexpr std::size_t size = 2;
   static void store(std::uint8_t* values, std::uint64_t k, float v) noexcept {
     store_le<std::uint16_t>(values + 2 * k, half::from_float(v));
@@ -77,6 +79,7 @@ struct value_codec<value_dtype::float16> {
 };
 template <>
 struct value_codec<value_dtype::bfloat16> {
+  static constexpr value_dtype dtype = value_dtype::bfloat16;
   static constexpr std::size_t size = 2;
   static void store(std::uint8_t* values, std::uint64_t k, float v) noexcept {
     store_le<std::uint16_t>(values + 2 * k, bfloat16::from_float(v));
