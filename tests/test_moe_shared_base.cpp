@@ -72,13 +72,6 @@ host_matrix<float> tokens(index_t n, std::uint64_t seed) {
   return x;
 }
 
-double max_relative_error(const host_matrix<float>& got, const host_matrix<float>& want) {
-  double worst = 0, scale = 0;
-  for (index_t i = 0; i < want.rows() * want.cols(); ++i) scale = std::max(scale, std::abs(double(want.data()[i])));
-  for (index_t i = 0; i < want.rows() * want.cols(); ++i)
-    worst = std::max(worst, std::abs(double(got.data()[i]) - want.data()[i]) / scale);
-  return worst;
-}
 
 struct layer_data {
   expert base;
@@ -148,7 +141,7 @@ TEST_CASE("nothing pruned: the shared-base layer is the original experts, neuron
   host_matrix<float> y(10, d);
   moe::shared_base_ffn_forward<float>(host_context(2), {}, L.view(), x.view(), moecomp::make_vector_view(offsets.data(), 4),
                                       y.view());
-  CHECK(max_relative_error(y, dense_forward(L.experts, x, offsets)) < 1e-5);
+  CHECK(moecomp_test::max_relative_error(y, dense_forward(L.experts, x, offsets)) < 1e-5);
   for (const auto& info : L.infos) CHECK(info.squared_error < 1e-10);
 }
 
@@ -199,7 +192,7 @@ TEST_CASE("ResMoE's pruning: one threshold over the whole design matrix, and the
   host_matrix<float> y(12, d);
   moe::shared_base_ffn_forward<float>(host_context(3), {}, L.view(), x.view(), moecomp::make_vector_view(offsets.data(), 4),
                                       y.view());
-  CHECK(max_relative_error(y, dense_forward(restored, x, offsets)) < 1e-5);
+  CHECK(moecomp_test::max_relative_error(y, dense_forward(restored, x, offsets)) < 1e-5);
   // The layer error: the mean over experts, divided by d_ff.
   std::vector<double> errors;
   for (const auto& info : L.infos) errors.push_back(info.squared_error);

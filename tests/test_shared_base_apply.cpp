@@ -74,13 +74,6 @@ std::vector<sparse::sparse_matrix_view> views(const std::vector<sparse::sparse_m
   return v;
 }
 
-double max_relative_error(const host_matrix<float>& got, const host_matrix<float>& want) {
-  double worst = 0, scale = 0;
-  for (index_t i = 0; i < want.rows() * want.cols(); ++i) scale = std::max(scale, std::abs(double(want.data()[i])));
-  for (index_t i = 0; i < want.rows() * want.cols(); ++i)
-    worst = std::max(worst, std::abs(double(got.data()[i]) - want.data()[i]) / scale);
-  return worst;
-}
 
 }  // namespace
 
@@ -97,7 +90,7 @@ TEST_CASE("shared-base apply equals the dense product of the restored experts") 
     host_matrix<float> y(11, out);
     sparse::shared_base_apply<float>(host_context(2), x.view(), base.view(), views(residuals),
                                      moecomp::make_vector_view(offsets.data(), 5), y.view());
-    CHECK(max_relative_error(y, dense_reference(x, base, residuals, offsets)) < 1e-5);
+    CHECK(moecomp_test::max_relative_error(y, dense_reference(x, base, residuals, offsets)) < 1e-5);
   }
   SUBCASE("bfloat16 base, fp16 residuals") {
     const host_matrix<float> f = normal(out, in, 3);
@@ -107,7 +100,7 @@ TEST_CASE("shared-base apply equals the dense product of the restored experts") 
     host_matrix<float> y(11, out);
     sparse::shared_base_apply<bfloat16>(host_context(3), x.view(), base.view(), views(residuals),
                                         moecomp::make_vector_view(offsets.data(), 5), y.view());
-    CHECK(max_relative_error(y, dense_reference(x, base, residuals, offsets)) < 1e-5);
+    CHECK(moecomp_test::max_relative_error(y, dense_reference(x, base, residuals, offsets)) < 1e-5);
   }
 }
 

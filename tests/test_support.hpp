@@ -5,6 +5,7 @@
 #include <moecomp/core/error.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -60,6 +61,17 @@ void check_same_outputs(const Tuple& want, const Tuple& got, std::index_sequence
 }
 
 }  // namespace detail
+
+/// max |got - want| / max |want| over two matrices of the same shape (anything with rows(), cols(), data()).
+template <class M>
+double max_relative_error(const M& got, const M& want) {
+  double worst = 0, scale = 0;
+  const auto size = static_cast<std::size_t>(want.rows() * want.cols());
+  for (std::size_t i = 0; i < size; ++i) scale = std::max(scale, std::abs(static_cast<double>(want.data()[i])));
+  for (std::size_t i = 0; i < size; ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(got.data()[i]) - static_cast<double>(want.data()[i])) / scale);
+  return worst;
+}
 
 /// Thread-count determinism (docs/core.md: results do not depend on host_context::num_threads unless a
 /// module's page says so). `run(ctx)` computes with the given context and returns its outputs: a number,

@@ -74,6 +74,18 @@ inline __m512 load16(const T* p, __mmask16 lanes) noexcept {
   }
 }
 
+/// The bfloat16 bits of 16 floats: round to nearest even, NaN quieted (bfloat16's constructor, lane by lane).
+inline __m256i bfloat16_bits(__m512 v) noexcept {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i high = _mm512_maskz_srli_epi32(0xffff, u, 16);
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
 /// Stores 16 (or `lanes`) floats as T: float as is, bfloat16 rounded to nearest even (NaN quieted, as
 /// bfloat16's constructor does).
 template <class T>
@@ -82,12 +94,7 @@ inline void store16(T* p, __m512 v, __mmask16 lanes) noexcept {
     _mm512_mask_storeu_ps(p, lanes, v);
   } else {
     static_assert(std::is_same_v<T, bfloat16>, "store16: float or bfloat16");
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-    const __m512i quiet = _mm512_or_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(0x40));
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    _mm256_mask_storeu_epi16(p, lanes, _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_mask_mov_epi32(rounded, nan, quiet)));
+    _mm256_mask_storeu_epi16(p, lanes, bfloat16_bits(v));
   }
 }
 
@@ -111,12 +118,7 @@ inline void store16_full(T* p, __m512 v) noexcept {
     _mm512_storeu_ps(p, v);
   } else {
     static_assert(std::is_same_v<T, bfloat16>, "store16_full: float or bfloat16");
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-    const __m512i quiet = _mm512_or_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(0x40));
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_mask_mov_epi32(rounded, nan, quiet)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bfloat16_bits(v));
   }
 }
 
