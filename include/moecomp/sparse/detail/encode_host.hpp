@@ -118,7 +118,7 @@ inline sparse_format smallest_format(const sparse_census& c, value_dtype values,
 
 template <class T, class Codec>
 void encode_rows(const host_context& ctx, matrix_view<const T> r, const sparse_census& c, sparse_format format,
-                 Codec codec, sparse_matrix& out) {
+                 Codec, sparse_matrix& out) {
   const index_t rows = r.rows(), cols = r.cols();
   std::vector<std::uint64_t> first(static_cast<std::size_t>(rows) + 1, 0);
   for (index_t i = 0; i < rows; ++i)
@@ -135,7 +135,6 @@ void encode_rows(const host_context& ctx, matrix_view<const T> r, const sparse_c
   const auto bitmap_row_bytes = static_cast<std::uint64_t>((cols + 7) / 8);
   const auto code_row_bytes = static_cast<std::uint64_t>((cols / 4 + 1) / 2);
   moecomp::detail::parallel_for(blocks, ctx.threads(), [&](index_t b, int) {
-    (void)codec;
     for (index_t i = b * block; i < std::min(rows, (b + 1) * block); ++i) {
       const T* row = r.row_ptr(i);
       std::uint64_t k = first[static_cast<std::size_t>(i)];
