@@ -101,8 +101,7 @@ layer_data make_layer(const sparse::residual_params& params) {
   for (int e = 0; e < 3; ++e) {
     std::vector<index_t> p(d_ff);
     std::iota(p.begin(), p.end(), index_t(0));
-    for (index_t i = d_ff - 1; i > 0; --i)
-      std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(rng.uniform<double>() * double(i + 1))]);
+    rng.shuffle(p.begin(), p.end());
     // The expert in its own order is the base-order expert with neurons moved by the inverse of p, so that
     // row i of it goes to base row p[i].
     std::vector<index_t> inverse(d_ff);
@@ -214,7 +213,7 @@ TEST_CASE("the shared-base layer gives the same bytes at any thread count") {
   });
 }
 
-TEST_CASE("encode_expert_residual refuses biases and other shapes") {
+TEST_CASE("encode_expert_residual refuses biases, non-finite weights and other shapes") {
   using moecomp_test::thrown_message;
   const expert base = random_expert(1), other = random_expert(2);
   sparse::residual_params params;
@@ -226,6 +225,11 @@ TEST_CASE("encode_expert_residual refuses biases and other shapes") {
   CHECK(thrown_message([&] {
           moe::encode_expert_residual<float>(host_context(1), params, base.view(), with_bias, {}, out);
         }) == "encode_expert_residual: expert must have no biases (shared-base experts are bias-free), got 40 bias entries");
+  expert broken = random_expert(3);
+  broken.w2(3, 5) = NAN;
+  CHECK(thrown_message([&] {
+          moe::encode_expert_residual<float>(host_context(1), params, base.view(), broken.view(), {}, out);
+        }) == "encode_expert_residual: expert.w2 must be finite, got nan at (3, 5)");
   moe::ffn_expert_view<float> plain = other.view();
   plain.w3 = {};
   CHECK(thrown_message([&] {

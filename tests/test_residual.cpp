@@ -45,8 +45,8 @@ host_matrix<float> two_of_four_values(index_t rows, index_t cols, std::uint64_t 
   host_matrix<float> m(rows, cols, 0.0f);
   for (index_t i = 0; i < rows; ++i)
     for (index_t g = 0; g < cols / 4; ++g) {
-      const auto a = static_cast<index_t>(rng.uniform<double>() * 4);
-      const auto b = (a + 1 + static_cast<index_t>(rng.uniform<double>() * 3)) % 4;
+      const auto a = static_cast<index_t>(rng.uniform_index(4));
+      const auto b = (a + 1 + static_cast<index_t>(rng.uniform_index(3))) % 4;
       m(i, 4 * g + a) = static_cast<float>(rng.normal<double>());
       m(i, 4 * g + b) = static_cast<float>(rng.normal<double>());
     }
@@ -214,8 +214,7 @@ TEST_CASE("restore is the dense sum, in the base's order or back in the expert's
   std::vector<index_t> p(static_cast<std::size_t>(rows));
   std::iota(p.begin(), p.end(), index_t(0));
   moecomp::random_generator rng(23);
-  for (index_t i = rows - 1; i > 0; --i)
-    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(rng.uniform<double>() * static_cast<double>(i + 1))]);
+  rng.shuffle(p.begin(), p.end());
   for (auto f : {sparse::sparse_format::csr16, sparse::sparse_format::bitmap}) {
     CAPTURE(sparse::to_string(f));
     const sparse::sparse_matrix r = encode(residual, f, sparse::value_dtype::float32);

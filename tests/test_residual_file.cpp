@@ -209,14 +209,15 @@ TEST_CASE("mutated files parse into a valid matrix or are refused with io_error"
     for (auto d : {sparse::value_dtype::float32, sparse::value_dtype::float16, sparse::value_dtype::bfloat16})
       seeds.push_back(io::serialize_residual(encoded(5, 24, 0.25, f, d, 7).view()));
   moecomp::random_generator rng(2026);
-  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng.uniform<double>() * static_cast<double>(n)); };
+  // A uniform index below n (0 when n is 0).
+  auto pick = [&](std::size_t n) { return n == 0 ? std::size_t{0} : static_cast<std::size_t>(rng.uniform_index(n)); };
   std::size_t accepted = 0, refused = 0;
   for (int round = 0; round < 20000; ++round) {
     std::vector<std::uint8_t> b = seeds[pick(seeds.size())];
     const int edits = 1 + static_cast<int>(pick(3));
     for (int e = 0; e < edits; ++e) {
       switch (pick(6)) {
-        case 0: b[pick(b.size())] ^= static_cast<std::uint8_t>(1u << pick(8)); break;           // bit flip
+        case 0: if (!b.empty()) b[pick(b.size())] ^= static_cast<std::uint8_t>(1u << pick(8)); break;  // bit flip
         case 1: b.resize(pick(b.size() + 1)); break;                                             // truncate
         case 2: b.insert(b.begin() + static_cast<std::ptrdiff_t>(pick(b.size() + 1)), static_cast<std::uint8_t>(pick(256))); break;
         case 3: {                                                                                // a header field

@@ -87,6 +87,14 @@ expert_residual_info encode_expert_residual(const host_context& ctx, const spars
   MOECOMP_EXPECTS(permutation.size() == 0 || permutation.size() == d_ff, fn, ": permutation must be empty or have ",
                   d_ff, " entries (one per neuron), got ", permutation.size());
   moecomp::detail::check_permutation(fn, "permutation", permutation, d_ff);
+  // Checked here so that a bad weight is named as the caller knows it, not by its design-matrix position.
+  const ffn_expert_view<W>* owners[2] = {&base, &expert};
+  const char* names[2][3] = {{"base.w1", "base.w3", "base.w2"}, {"expert.w1", "expert.w3", "expert.w2"}};
+  for (int k = 0; k < 2; ++k) {
+    moecomp::detail::check_finite(fn, names[k][0], owners[k]->w1, ctx.threads());
+    if (owners[k]->gated()) moecomp::detail::check_finite(fn, names[k][1], owners[k]->w3, ctx.threads());
+    moecomp::detail::check_finite(fn, names[k][2], owners[k]->w2, ctx.threads());
+  }
   const index_t pieces = base.gated() ? 3 : 2, width = pieces * d;
   if (params.encode.format == sparse::sparse_format::two_of_four)
     MOECOMP_EXPECTS(params.prune.scope == sparse::prune_scope::n_of_m && params.prune.m == 4 && params.prune.n <= 2,

@@ -38,7 +38,7 @@ prune_result prune_magnitude(const host_context& ctx, const prune_params& params
   MOECOMP_EXPECTS(!moecomp::detail::views_overlap(out, w) ||
                       (out.data() == w.data() && out.row_stride() == w.row_stride()),
                   fn, ": out must be w itself (in place) or not overlap it");
-  detail::check_prune_values(fn, w, ctx.threads());
+  moecomp::detail::check_finite(fn, "w", w, ctx.threads());
   return detail::prune_host<T>(ctx, params, w, out);
 }
 

@@ -76,7 +76,7 @@ void encode_sparse(const host_context& ctx, const encode_params& params,
   static_assert(moecomp::detail::is_weight_type_v<T>, "encode_sparse: T must be float, double, bfloat16 or half");
   MOECOMP_EXPECTS(sparse_shape_fits(r.rows(), r.cols()), "encode_sparse: r must have fewer than 2^56 entries, got ",
                   moecomp::detail::shape_string(r.rows(), r.cols()));
-  detail::check_prune_values("encode_sparse", r, ctx.threads(), "r");
+  moecomp::detail::check_finite("encode_sparse", "r", r, ctx.threads());
   detail::encode_sparse_host<T>(ctx, params, r, out);
 }
 
@@ -158,8 +158,8 @@ residual_info encode_residual(const host_context& ctx, const residual_params& pa
                     params.prune.scope == prune_scope::n_of_m
                         ? moecomp::detail::concat(params.prune.n, ":", params.prune.m)
                         : std::string(to_string(params.prune.scope)));
-  detail::check_prune_values(fn, base, ctx.threads(), "base");
-  detail::check_prune_values(fn, w, ctx.threads());
+  moecomp::detail::check_finite(fn, "base", base, ctx.threads());
+  moecomp::detail::check_finite(fn, "w", w, ctx.threads());
   host_matrix<Acc> r(w.rows(), w.cols());
   matrix_view<Acc> rv = r.view();
   moecomp::detail::parallel_for(w.rows(), ctx.threads(), [&](index_t i, int) {

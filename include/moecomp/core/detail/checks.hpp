@@ -5,6 +5,7 @@
 // the expected and the actual value.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
+#include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 
 #include <algorithm>
@@ -105,7 +106,7 @@ bool all_finite(const T* x, index_t count) noexcept {
     return bad == 0;
   } else {
     for (index_t j = 0; j < count; ++j)
-      if (!std::isfinite(static_cast<double>(x[j]))) return false;
+      if (!std::isfinite(convert_to<double>(x[j]))) return false;
     return true;
   }
 }
@@ -129,15 +130,15 @@ index_t first_non_finite_row(matrix_view<T> x, int threads = 1) {
   return first_bad_row;
 }
 
-/// Every entry of a host matrix is finite; the message names the first bad entry in row-major order
+/// Every entry of a host matrix (any element type: float, double, bfloat16, half) is finite; the message names the first bad entry in row-major order
 /// ("function: name must be finite, got nan at (2, 3)") whatever the thread count.
 template <class T>
 void check_finite(const char* function, const char* name, matrix_view<T> x, int threads = 1) {
   const index_t i = first_non_finite_row(x, threads);
   if (MOECOMP_LIKELY(i == x.rows())) return;
   for (index_t j = 0; j < x.cols(); ++j)
-    MOECOMP_EXPECTS(std::isfinite(static_cast<double>(x(i, j))), function, ": ", name, " must be finite, got ",
-                    static_cast<double>(x(i, j)), " at (", i, ", ", j, ")");
+    MOECOMP_EXPECTS(std::isfinite(convert_to<double>(x(i, j))), function, ": ", name, " must be finite, got ",
+                    convert_to<double>(x(i, j)), " at (", i, ", ", j, ")");
 }
 
 /// Masses (histogram entries, weights): each finite and >= 0, or > 0 when `positive`. Returns their sum in

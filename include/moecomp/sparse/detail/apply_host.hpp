@@ -116,6 +116,21 @@ inline void residual_row_products(const sparse_matrix_view& r, const std::vector
   }
 }
 
+/// How an expert's residual meets its rows: the scalar row products (few rows), the AVX-512 bitmap kernel
+/// (float, bitmap, fewer than apply_dense_min_rows_simd rows), or dense decoded panels and a GEMM (many rows).
+/// It depends on the format and the rows only, never on the threads.
+enum class apply_path { rows_scalar, bitmap_lanes, dense_panels };
+
+template <class A>
+apply_path choose_apply_path(const sparse_matrix_view& r, index_t m) noexcept {
+#if MOECOMP_SPARSE_AVX512
+  if constexpr (std::is_same_v<A, float>)
+    if (r.format() == sparse_format::bitmap && m < apply_dense_min_rows_simd) return apply_path::bitmap_lanes;
+#endif
+  (void)r;
+  return m < apply_dense_min_rows ? apply_path::rows_scalar : apply_path::dense_panels;
+}
+
 /// y (n x out) = x (n x in) (B + R_e)^T for the rows of each expert e (offsets[e] .. offsets[e + 1]).
 template <class W, class A>
 void shared_base_apply_host(const host_context& ctx, matrix_view<const A> x, matrix_view<const W> base,
@@ -125,16 +140,29 @@ void shared_base_apply_host(const host_context& ctx, matrix_view<const A> x, mat
   const auto experts = static_cast<index_t>(residuals.size());
   moecomp::detail::linear_abt<W, A>(ctx, x, base, y);
   if (n == 0 || out == 0) return;
-  // x^T per expert: the expert's rows of column k adjacent, at xt + offsets[e] * in + k * m_e.
-  std::vector<A> xt(static_cast<std::size_t>(n * in));
-  moecomp::detail::parallel_for(experts, ctx.threads(), [&](index_t e, int) {
-    const index_t first = offsets[e], m = offsets[e + 1] - first;
-    A* block = xt.data() + first * in;
-    for (index_t t = 0; t < m; ++t) {
-      const A* row = x.row_ptr(first + t);
-      for (index_t k = 0; k < in; ++k) block[k * m + t] = row[k];
-    }
-  });
+  std::vector<apply_path> paths(static_cast<std::size_t>(experts));
+  bool any_scalar = false, any_dense = false;
+  index_t widest = 0;
+  for (index_t e = 0; e < experts; ++e) {
+    const index_t m = offsets[e + 1] - offsets[e];
+    paths[static_cast<std::size_t>(e)] = choose_apply_path<A>(residuals[static_cast<std::size_t>(e)], m);
+    any_scalar = any_scalar || (m > 0 && paths[static_cast<std::size_t>(e)] == apply_path::rows_scalar);
+    any_dense = any_dense || (m > 0 && paths[static_cast<std::size_t>(e)] == apply_path::dense_panels);
+    widest = std::max(widest, m);
+  }
+  // x^T for the experts on the scalar path: the expert's rows of column k adjacent, at xt + offsets[e] * in
+  // + k * m_e (the other paths read x as it is).
+  std::vector<A> xt(any_scalar ? static_cast<std::size_t>(n * in) : 0);
+  if (any_scalar)
+    moecomp::detail::parallel_for(experts, ctx.threads(), [&](index_t e, int) {
+      if (paths[static_cast<std::size_t>(e)] != apply_path::rows_scalar) return;
+      const index_t first = offsets[e], m = offsets[e + 1] - first;
+      A* block = xt.data() + first * in;
+      for (index_t t = 0; t < m; ++t) {
+        const A* row = x.row_ptr(first + t);
+        for (index_t k = 0; k < in; ++k) block[k * m + t] = row[k];
+      }
+    });
   std::vector<std::vector<std::uint64_t>> bitmap_starts(static_cast<std::size_t>(experts));
   std::vector<index_t> item_expert, item_block;
   const index_t blocks = (out + apply_row_block - 1) / apply_row_block;
@@ -147,12 +175,9 @@ void shared_base_apply_host(const host_context& ctx, matrix_view<const A> x, mat
       item_block.push_back(b);
     }
   }
-  index_t widest = 0;
-  for (index_t e = 0; e < experts; ++e) widest = std::max(widest, offsets[e + 1] - offsets[e]);
   const int threads = std::max(ctx.threads(), 1);
-  // Per thread: the sparse path's sums (widest), or the dense path's panel of residual rows and its product.
+  // Per thread: the row sums (widest), and for the dense path a panel of residual rows and its product.
   const index_t panel_rows = apply_panel_rows(in);
-  const bool any_dense = widest >= apply_dense_min_rows;
   const std::size_t per_thread = static_cast<std::size_t>(widest) +
                                  (any_dense ? static_cast<std::size_t>(panel_rows * in + widest * panel_rows) : 0);
   std::vector<std::vector<A>> scratch(static_cast<std::size_t>(threads), std::vector<A>(per_thread));
@@ -165,9 +190,10 @@ void shared_base_apply_host(const host_context& ctx, matrix_view<const A> x, mat
     const index_t o_end = std::min(out, (b + 1) * apply_row_block);
     with_value_codec(r.values_dtype(), [&](auto codec) {
       using Codec = decltype(codec);
+      const apply_path path = paths[static_cast<std::size_t>(e)];
 #if MOECOMP_SPARSE_AVX512
       if constexpr (std::is_same_v<A, float>) {
-        if (r.format() == sparse_format::bitmap && m < apply_dense_min_rows_simd) {
+        if (path == apply_path::bitmap_lanes) {
           for (index_t o = b * apply_row_block; o < o_end; ++o) {
             const std::uint64_t k = starts[static_cast<std::size_t>(o)];
             for (index_t t0 = 0; t0 < m; t0 += 8) {
@@ -190,7 +216,7 @@ void shared_base_apply_host(const host_context& ctx, matrix_view<const A> x, mat
         }
       }
 #endif
-      if (m < apply_dense_min_rows) {
+      if (path == apply_path::rows_scalar) {
         const A* block = xt.data() + first * in;
         for (index_t o = b * apply_row_block; o < o_end; ++o) {
           residual_row_products<A, Codec>(r, starts, o, block, m, acc);

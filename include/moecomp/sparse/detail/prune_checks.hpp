@@ -5,10 +5,7 @@
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/sparse/prune_types.hpp>
-#include <moecomp/core/detail/parallel.hpp>
 
-#include <cmath>
-#include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace sparse {
@@ -31,23 +28,6 @@ inline void check_prune_params(const char* fn, const prune_params& params, index
     MOECOMP_EXPECTS(params.column_block >= 1, fn, ": params.column_block must be >= 1 with the column_block scope, got ",
                     params.column_block);
   (void)rows;
-}
-
-/// Every value finite; the message names the first bad entry in row-major order.
-template <class T>
-void check_prune_values(const char* fn, matrix_view<const T> w, int threads, const char* name = "w") {
-  std::vector<index_t> bad(static_cast<std::size_t>(w.rows()), -1);
-  moecomp::detail::parallel_for(w.rows(), threads, [&](index_t i, int) {
-    for (index_t j = 0; j < w.cols(); ++j)
-      if (!std::isfinite(convert_to<double>(w(i, j)))) {
-        bad[static_cast<std::size_t>(i)] = j;
-        return;
-      }
-  });
-  for (index_t i = 0; i < w.rows(); ++i)
-    MOECOMP_EXPECTS(bad[static_cast<std::size_t>(i)] < 0, fn, ": ", name, " must be finite, got ",
-                    convert_to<double>(w(i, bad[static_cast<std::size_t>(i)])), " at (", i, ", ",
-                    bad[static_cast<std::size_t>(i)], ")");
 }
 
 }  // namespace detail
