@@ -45,7 +45,7 @@ void gram_upper_tiles(benchmark::State& state) {
   double flops = 0;
   for (auto _ : state) {
     flops = 0;
-    moecomp::distance::detail::for_each_gram_tile<T>(
+    moecomp::detail::for_each_gram_tile<T>(
         ctx, x.view(), x.view(), true, [&](index_t, index_t, moecomp::matrix_view<const T> g) {
           benchmark::DoNotOptimize(g.data());
 #pragma omp atomic

@@ -20,7 +20,7 @@
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/moe/ffn_types.hpp>
-#include <moecomp/moe/detail/ffn_checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/moe/detail/features_host.hpp>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/traits.hpp>
@@ -39,7 +39,7 @@ template <class W>
 void vectorized_weights(const ffn_expert_stack_view<W>& stack,
                         moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> out) {
   constexpr const char* fn = "vectorized_weights";
-  detail::check_ffn_stack(fn, stack);
+  moecomp::detail::check_ffn_stack(fn, stack);
   MOECOMP_EXPECTS(out.rows() == stack.experts() && out.cols() == vectorized_weights_size(stack), fn, ": out must be ",
                   moecomp::detail::shape_string(stack.experts(), vectorized_weights_size(stack)),
                   " (experts x (2 or 3) d_ff d), got ", moecomp::detail::shape_string(out.rows(), out.cols()));
@@ -51,7 +51,7 @@ template <class W>
 void surrogate_weights(const host_context& ctx, const ffn_expert_stack_view<W>& stack,
                        moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> out) {
   constexpr const char* fn = "surrogate_weights";
-  detail::check_ffn_stack(fn, stack);
+  moecomp::detail::check_ffn_stack(fn, stack);
   const index_t d = stack.d_model();
   MOECOMP_EXPECTS(out.rows() == stack.experts() && out.cols() == d * d, fn, ": out must be ",
                   moecomp::detail::shape_string(stack.experts(), d * d), " (experts x d^2), got ",
@@ -66,8 +66,8 @@ void expert_mean_outputs(const host_context& ctx, const ffn_params& params,
                          moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>>> x,
                          moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> out) {
   constexpr const char* fn = "expert_mean_outputs";
-  detail::check_ffn_params(fn, params);
-  detail::check_ffn_stack(fn, stack);
+  moecomp::detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_stack(fn, stack);
   MOECOMP_EXPECTS(x.rows() >= 1, fn, ": x must hold at least one token, got 0");
   MOECOMP_EXPECTS(x.cols() == stack.d_model(), fn, ": x must have ", stack.d_model(), " columns (the experts' d), got ",
                   moecomp::detail::shape_string(x.rows(), x.cols()));
@@ -84,8 +84,8 @@ void expert_output_norms(const host_context& ctx, const ffn_params& params, cons
                          moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>>> x,
                          moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> out) {
   constexpr const char* fn = "expert_output_norms";
-  detail::check_ffn_params(fn, params);
-  detail::check_ffn_stack(fn, stack);
+  moecomp::detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_stack(fn, stack);
   MOECOMP_EXPECTS(x.cols() == stack.d_model(), fn, ": x must have ", stack.d_model(), " columns (the experts' d), got ",
                   moecomp::detail::shape_string(x.rows(), x.cols()));
   MOECOMP_EXPECTS(out.rows() == x.rows() && out.cols() == stack.experts(), fn, ": out must be ",

@@ -20,7 +20,7 @@
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/moe/ffn_types.hpp>
-#include <moecomp/moe/detail/ffn_checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/moe/detail/ffn_host.hpp>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/traits.hpp>
@@ -34,9 +34,9 @@ void ffn_forward(const host_context& ctx, const ffn_params& params, const ffn_ex
                  moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>>> x,
                  moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> y) {
   constexpr const char* fn = "ffn_forward";
-  detail::check_ffn_params(fn, params);
-  detail::check_ffn_expert(fn, expert);
-  detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "y", y.rows(), y.cols(), expert.d_model());
+  moecomp::detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_expert(fn, expert);
+  moecomp::detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "y", y.rows(), y.cols(), expert.d_model());
   moecomp::detail::check_no_overlap(fn, "y", y, "x", x);
   detail::ffn_forward_host<W>(ctx, params, expert, x, y, {});
 }
@@ -47,9 +47,9 @@ void ffn_hidden(const host_context& ctx, const ffn_params& params, const ffn_exp
                 moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>>> x,
                 moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>>> hidden) {
   constexpr const char* fn = "ffn_hidden";
-  detail::check_ffn_params(fn, params);
-  detail::check_ffn_expert(fn, expert);
-  detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "hidden", hidden.rows(), hidden.cols(),
+  moecomp::detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_expert(fn, expert);
+  moecomp::detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "hidden", hidden.rows(), hidden.cols(),
                        expert.d_ff());
   detail::ffn_forward_host<W>(ctx, params, expert, x, {}, hidden);
 }
@@ -60,11 +60,11 @@ void ffn_stack_forward(const host_context& ctx, const ffn_params& params, const 
                        moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>>> x,
                        moecomp::detail::type_identity_t<matrix_stack_view<accumulator_t<W>>> y) {
   constexpr const char* fn = "ffn_stack_forward";
-  detail::check_ffn_params(fn, params);
-  detail::check_ffn_stack(fn, stack);
+  moecomp::detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_stack(fn, stack);
   MOECOMP_EXPECTS(y.count() == stack.experts(), fn, ": y must hold ", stack.experts(), " outputs (one per expert), got ",
                   y.count());
-  detail::check_tokens(fn, stack.d_model(), x.rows(), x.cols(), "each output", y.rows(), y.cols(), stack.d_model());
+  moecomp::detail::check_tokens(fn, stack.d_model(), x.rows(), x.cols(), "each output", y.rows(), y.cols(), stack.d_model());
   for (index_t e = 0; e < stack.experts(); ++e) detail::ffn_forward_host<W>(ctx, params, stack.expert(e), x, y.matrix(e), {});
 }
 

@@ -28,7 +28,7 @@
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/moe/detail/activation.hpp>
-#include <moecomp/moe/detail/ffn_checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 
 #include <type_traits>
 #include <vector>
@@ -76,8 +76,8 @@ expert_residual_info encode_expert_residual(const host_context& ctx, const spars
                                             vector_view<const index_t> permutation, expert_residual& out) {
   constexpr const char* fn = "encode_expert_residual";
   using A = std::conditional_t<std::is_same_v<W, double>, double, float>;
-  detail::check_ffn_expert(fn, base);
-  detail::check_ffn_expert(fn, expert);
+  moecomp::detail::check_ffn_expert(fn, base);
+  moecomp::detail::check_ffn_expert(fn, expert);
   detail::check_bias_free(fn, "base", base);
   detail::check_bias_free(fn, "expert", expert);
   const index_t d_ff = base.d_ff(), d = base.d_model();
@@ -144,15 +144,15 @@ void shared_base_ffn_forward(const host_context& ctx, const ffn_params& params, 
   using A = accumulator_t<W>;
   using moecomp::detail::shape_string;
   static_assert(moecomp::detail::is_weight_type_v<W>, "shared_base_ffn_forward: W must be float, double, bfloat16 or half");
-  detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_params(fn, params);
   const index_t d_ff = layer.w1.rows(), d = layer.w1.cols(), n = x.rows();
-  detail::check_ffn_shapes(fn, d_ff, d, layer.w3.rows(), layer.w3.cols(), layer.w2.rows(), layer.w2.cols(), 0, 0, 0,
+  moecomp::detail::check_ffn_shapes(fn, d_ff, d, layer.w3.rows(), layer.w3.cols(), layer.w2.rows(), layer.w2.cols(), 0, 0, 0,
                            layer.gated());
   MOECOMP_EXPECTS(static_cast<index_t>(layer.r2.size()) == layer.experts() &&
                       static_cast<index_t>(layer.r3.size()) == (layer.gated() ? layer.experts() : 0),
                   fn, ": layer must hold ", layer.experts(), " residuals of each matrix (r1, r2", layer.gated() ? ", r3" : "",
                   "), got ", layer.r1.size(), ", ", layer.r2.size(), " and ", layer.r3.size());
-  detail::check_tokens(fn, d, n, x.cols(), "y", y.rows(), y.cols(), d);
+  moecomp::detail::check_tokens(fn, d, n, x.cols(), "y", y.rows(), y.cols(), d);
   // Every residual's shape before any work (the applies check the offsets and the rest again).
   const auto check_residuals = [&](const char* name, const std::vector<sparse::sparse_matrix_view>& r, index_t rows,
                                    index_t cols) {

@@ -29,7 +29,7 @@
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>
 #include <moecomp/cuda/moe/expert_types.cuh>
-#include <moecomp/moe/detail/ffn_checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/cuda/moe/detail/expert_device.cuh>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/traits.hpp>
@@ -44,7 +44,7 @@ template <class W>
 std::size_t ffn_forward_workspace_size(const ffn_params& params, index_t n, index_t d, index_t d_ff, bool gated) {
   moecomp::detail::check_device_element_type<accumulator_t<W>>();
   constexpr const char* fn = "ffn_forward_workspace_size";
-  detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_params(fn, params);
   moecomp::detail::check_extents(fn, {{"n", n}, {"d", d}, {"d_ff", d_ff}});
   return cuda_detail::make_ffn_plan<W>(fn, n, d, d_ff, gated, true).bytes;
 }
@@ -82,9 +82,9 @@ void ffn_hidden(const cuda_context& ctx, const ffn_params& params, const ffn_exp
                 moecomp::detail::type_identity_t<matrix_view<accumulator_t<W>, device_memory>> hidden) {
   moecomp::detail::check_device_element_type<accumulator_t<W>>();
   constexpr const char* fn = "ffn_hidden";
-  detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_params(fn, params);
   cuda_detail::check_device_expert(fn, expert);
-  detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "hidden", hidden.rows(), hidden.cols(),
+  moecomp::detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "hidden", hidden.rows(), hidden.cols(),
                        expert.d_ff());
   moecomp::detail::check_no_overlap(fn, "hidden", hidden, "x", x);
   cuda_detail::check_cublas_extents(fn, expert.d_model(), expert.d_ff(),
@@ -103,7 +103,7 @@ void ffn_stack_forward(const cuda_context& ctx, const ffn_params& params, const 
                        moecomp::detail::type_identity_t<matrix_stack_view<accumulator_t<W>, device_memory>> y) {
   moecomp::detail::check_device_element_type<accumulator_t<W>>();
   constexpr const char* fn = "ffn_stack_forward";
-  detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_params(fn, params);
   const index_t e = stack.experts(), d = stack.d_model(), d_ff = stack.d_ff();
   MOECOMP_EXPECTS(e >= 1, fn, ": the stack must hold at least one expert, got 0");
   if (stack.gated()) MOECOMP_EXPECTS(stack.w3.count() == e, fn, ": w3 must hold ", e, " experts like w1, got ", stack.w3.count());
@@ -116,7 +116,7 @@ void ffn_stack_forward(const cuda_context& ctx, const ffn_params& params, const 
                   stack.b2.rows());
   cuda_detail::check_device_expert(fn, stack.expert(0));
   MOECOMP_EXPECTS(y.count() == e, fn, ": y must hold ", e, " outputs (one per expert), got ", y.count());
-  detail::check_tokens(fn, d, x.rows(), x.cols(), "each output", y.rows(), y.cols(), d);
+  moecomp::detail::check_tokens(fn, d, x.rows(), x.cols(), "each output", y.rows(), y.cols(), d);
   moecomp::detail::check_no_overlap(fn, "y", y, "x", x);
   cuda_detail::check_cublas_extents(fn, d, d_ff,
                                     {x.row_stride(), y.row_stride(), stack.w1.row_stride(), stack.w3.row_stride(),

@@ -17,7 +17,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/detail/range_scaling.hpp>
 #include <moecomp/core/detail/traits.hpp>
-#include <moecomp/distance/detail/gram_tiles.hpp>
+#include <moecomp/core/detail/gram_tiles.hpp>
 #include <moecomp/distance/distance_types.hpp>
 
 #include <algorithm>
@@ -183,10 +183,10 @@ void compute(const host_context& ctx, const pairwise_distance_params& params, ma
   const prepared_rows<T>& py = symmetric ? px : *py_storage;
   const matrix_view<const T> yv = symmetric ? x : *y;
 
-  for_each_gram_tile<T>(
+  moecomp::detail::for_each_gram_tile<T>(
       ctx, px.view(), py.view(), symmetric, [&](index_t row0, index_t col0, matrix_view<const T> gram) {
-        double squared[gram_tile_size];
-        T values[gram_tile_size];
+        double squared[moecomp::detail::gram_tile_size];
+        T values[moecomp::detail::gram_tile_size];
         const double* nb = py.norm2.data() + col0;
         for (index_t r = 0; r < gram.rows(); ++r) {
           const index_t i = row0 + r;

@@ -12,6 +12,7 @@
 #include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/moe/layer_types.hpp>
 #include <moecomp/core/detail/checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 
 #include <cmath>
 #include <algorithm>
@@ -68,8 +69,8 @@ gating::routing_result moe_layer_forward_host(const host_context& ctx, const moe
                                               matrix_view<A> y) {
   constexpr const char* fn = "moe_layer_forward";
   const index_t t_count = x.rows(), d = x.cols(), e = layer.router.rows(), e_out = layer.experts.experts();
-  check_ffn_params(fn, params.ffn);
-  check_ffn_stack(fn, layer.experts);
+  moecomp::detail::check_ffn_params(fn, params.ffn);
+  moecomp::detail::check_ffn_stack(fn, layer.experts);
   MOECOMP_EXPECTS(layer.router.cols() == d && layer.experts.d_model() == d, fn, ": router and experts must have d = ",
                   d, " (the columns of x), got ", layer.router.cols(), " and ", layer.experts.d_model());
   MOECOMP_EXPECTS(y.rows() == t_count && y.cols() == d, fn, ": y must be ", moecomp::detail::shape_string(t_count, d),
@@ -86,7 +87,7 @@ gating::routing_result moe_layer_forward_host(const host_context& ctx, const moe
   }
   const bool has_shared = !layer.shared.w1.empty();
   if (has_shared) {
-    check_ffn_stack(fn, layer.shared);
+    moecomp::detail::check_ffn_stack(fn, layer.shared);
     MOECOMP_EXPECTS(layer.shared.d_model() == d, fn, ": shared experts must have d = ", d, ", got ",
                     layer.shared.d_model());
   }

@@ -14,7 +14,7 @@
 #include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/cuda/moe/expert_types.cuh>
 #include <moecomp/moe/detail/activation.hpp>
-#include <moecomp/moe/detail/ffn_checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>
 #include <moecomp/cuda/core/kernel.cuh>
@@ -115,7 +115,7 @@ inline void check_cublas_extents(const char* fn, index_t d, index_t d_ff, std::i
 /// The host's shape checks (moe/detail/ffn_checks.hpp) on a device expert.
 template <class W>
 void check_device_expert(const char* fn, const ffn_expert_device_view<W>& e) {
-  moe::detail::check_ffn_shapes(fn, e.d_ff(), e.d_model(), e.w3.rows(), e.w3.cols(), e.w2.rows(), e.w2.cols(),
+  moecomp::detail::check_ffn_shapes(fn, e.d_ff(), e.d_model(), e.w3.rows(), e.w3.cols(), e.w2.rows(), e.w2.cols(),
                                 e.b1.size(), e.b3.size(), e.b2.size(), e.gated());
 }
 
@@ -123,9 +123,9 @@ void check_device_expert(const char* fn, const ffn_expert_device_view<W>& e) {
 template <class W, class A = accumulator_t<W>>
 void check_ffn_forward_arguments(const char* fn, const ffn_params& params, const ffn_expert_device_view<W>& expert,
                                  matrix_view<const A, device_memory> x, matrix_view<A, device_memory> y) {
-  moe::detail::check_ffn_params(fn, params);
+  moecomp::detail::check_ffn_params(fn, params);
   check_device_expert(fn, expert);
-  moe::detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "y", y.rows(), y.cols(), expert.d_model());
+  moecomp::detail::check_tokens(fn, expert.d_model(), x.rows(), x.cols(), "y", y.rows(), y.cols(), expert.d_model());
   moecomp::detail::check_no_overlap(fn, "y", y, "x", x);
   check_cublas_extents(fn, expert.d_model(), expert.d_ff(),
                        {x.row_stride(), y.row_stride(), expert.w1.row_stride(), expert.w3.row_stride(),

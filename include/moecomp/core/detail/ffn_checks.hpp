@@ -1,18 +1,15 @@
 #pragma once
-// The argument checks of the expert forward, for the host and (later) the device: shapes of an expert, of
-// a stack, of the tokens and outputs.
+// The argument checks of FFN experts, shared by every module that takes them (moe, align) on the host and the
+// device: shapes of an expert, of a stack, of the tokens and outputs.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/moe/ffn_types.hpp>
 
 MOECOMP_NAMESPACE_BEGIN
-namespace moe {
 namespace detail {
 
-using moecomp::detail::shape_string;
-
-inline void check_ffn_params(const char* fn, const ffn_params& params) {
+inline void check_ffn_params(const char* fn, const moe::ffn_params& params) {
   MOECOMP_EXPECTS(params.token_tile >= 1, fn, ": params.token_tile must be >= 1, got ", params.token_tile);
 }
 
@@ -32,13 +29,13 @@ inline void check_ffn_shapes(const char* fn, index_t d_ff, index_t d, index_t w3
 }
 
 template <class W>
-void check_ffn_expert(const char* fn, const ffn_expert_view<W>& e) {
+void check_ffn_expert(const char* fn, const moe::ffn_expert_view<W>& e) {
   check_ffn_shapes(fn, e.d_ff(), e.d_model(), e.w3.rows(), e.w3.cols(), e.w2.rows(), e.w2.cols(), e.b1.size(),
                    e.b3.size(), e.b2.size(), e.gated());
 }
 
 template <class W>
-void check_ffn_stack(const char* fn, const ffn_expert_stack_view<W>& s) {
+void check_ffn_stack(const char* fn, const moe::ffn_expert_stack_view<W>& s) {
   const index_t e = s.experts(), d_ff = s.d_ff(), d = s.d_model();
   MOECOMP_EXPECTS(e >= 1, fn, ": the stack must hold at least one expert, got 0");
   if (s.gated())
@@ -60,5 +57,4 @@ inline void check_tokens(const char* fn, index_t d, index_t x_rows, index_t x_co
 }
 
 }  // namespace detail
-}  // namespace moe
 MOECOMP_NAMESPACE_END

@@ -1,5 +1,5 @@
 #pragma once
-// The GEMM engine behind the pairwise distances: the Gram matrix A B^T computed tile by tile, each tile
+// The GEMM engine behind the pairwise distances and the alignment costs: the Gram matrix A B^T computed tile by tile, each tile
 // handed to an epilogue while it is hot in cache. For A against itself only the upper-triangular tiles
 // are computed (half the flops). Tiles run in parallel with OpenMP when it is enabled; each tile's GEMM is
 // a single-threaded kernel (core/detail/gemm.hpp: Eigen's, or a CBLAS under MOECOMP_USE_CBLAS), so the
@@ -14,7 +14,6 @@
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
-namespace distance {
 namespace detail {
 
 /// Tile edge: large enough for Eigen's kernel to run near its peak, small enough that the diagonal tiles'
@@ -60,5 +59,4 @@ void for_each_gram_tile(const host_context& ctx, matrix_view<const T> a, matrix_
 }
 
 }  // namespace detail
-}  // namespace distance
 MOECOMP_NAMESPACE_END
