@@ -36,4 +36,5 @@
 #include <moecomp/similarity/cka.hpp>
 #include <moecomp/sparse/prune.hpp>
 #include <moecomp/sparse/residual.hpp>
+#include <moecomp/align/align.hpp>
 #include <moecomp/similarity/partition.hpp>

@@ -50,6 +50,18 @@ struct ffn_expert_view {
   bool gated() const noexcept { return !w3.empty(); }
 };
 
+/// One expert's writable storage, the output of permute_neurons and of merging: the pieces of
+/// ffn_expert_view, mutable; empty views where the expert has no w3 or no bias.
+template <class W>
+struct ffn_expert_mutable_view {
+  matrix_view<W> w1, w3, w2;
+  vector_view<W> b1, b3, b2;
+  index_t d_model() const noexcept { return w1.cols(); }
+  index_t d_ff() const noexcept { return w1.rows(); }
+  bool gated() const noexcept { return !w3.empty(); }
+  ffn_expert_view<W> as_const() const noexcept { return {w1, w3, w2, b1, b3, b2}; }
+};
+
 /// E experts of one shape: stacks w1 and w3 (E x d_ff x d), w2 (E x d x d_ff); biases as E x d_ff (b1, b3)
 /// and E x d (b2) matrices, or empty.
 template <class W>

@@ -1,0 +1,54 @@
+#pragma once
+// The argument checks of neuron alignment, for the host and (later) the device.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/moe/ffn_types.hpp>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace align {
+namespace detail {
+
+using moecomp::detail::shape_string;
+
+/// a: n x f and b: m x f design rows with n <= m, p: n entries.
+inline void check_row_alignment(const char* fn, index_t a_rows, index_t a_cols, index_t b_rows, index_t b_cols,
+                                index_t p_size) {
+  MOECOMP_EXPECTS(a_rows >= 1 && a_cols >= 1, fn, ": a must have at least one row and one column, got ",
+                  shape_string(a_rows, a_cols));
+  MOECOMP_EXPECTS(b_cols == a_cols, fn, ": b must have ", a_cols, " columns like a, got ", shape_string(b_rows, b_cols));
+  MOECOMP_EXPECTS(b_rows >= a_rows, fn, ": b must have at least a's ", a_rows,
+                  " rows (each row of a gets a distinct row of b), got ", b_rows);
+  MOECOMP_EXPECTS(p_size == a_rows, fn, ": permutation must have ", a_rows, " entries (one per row of a), got ", p_size);
+}
+
+/// a: tokens x n and b: tokens x m activations with n <= m and at least two tokens, p: n entries.
+inline void check_activation_alignment(const char* fn, index_t a_rows, index_t a_cols, index_t b_rows,
+                                       index_t b_cols, index_t p_size) {
+  MOECOMP_EXPECTS(a_rows >= 2 && a_cols >= 1, fn,
+                  ": a must be tokens x neurons with at least 2 tokens and 1 neuron, got ", shape_string(a_rows, a_cols));
+  MOECOMP_EXPECTS(b_rows == a_rows, fn, ": b must have a's ", a_rows, " tokens (rows), got ", shape_string(b_rows, b_cols));
+  MOECOMP_EXPECTS(b_cols >= a_cols, fn, ": b must have at least a's ", a_cols,
+                  " neurons (columns; each neuron of a gets a distinct neuron of b), got ", b_cols);
+  MOECOMP_EXPECTS(p_size == a_cols, fn, ": permutation must have ", a_cols, " entries (one per neuron of a), got ",
+                  p_size);
+}
+
+/// The output of permute_neurons has exactly the input expert's pieces and shapes.
+template <class W>
+void check_same_expert_shape(const char* fn, const moe::ffn_expert_view<W>& in, const moe::ffn_expert_mutable_view<W>& out) {
+  const auto same = [&](const char* name, index_t r, index_t c, index_t want_r, index_t want_c) {
+    MOECOMP_EXPECTS(r == want_r && c == want_c, fn, ": out.", name, " must be ", shape_string(want_r, want_c),
+                    " like the expert's, got ", shape_string(r, c));
+  };
+  same("w1", out.w1.rows(), out.w1.cols(), in.w1.rows(), in.w1.cols());
+  same("w3", out.w3.rows(), out.w3.cols(), in.w3.rows(), in.w3.cols());
+  same("w2", out.w2.rows(), out.w2.cols(), in.w2.rows(), in.w2.cols());
+  same("b1", out.b1.size(), 1, in.b1.size(), 1);
+  same("b3", out.b3.size(), 1, in.b3.size(), 1);
+  same("b2", out.b2.size(), 1, in.b2.size(), 1);
+}
+
+}  // namespace detail
+}  // namespace align
+MOECOMP_NAMESPACE_END
