@@ -18,6 +18,8 @@
 
 namespace {
 
+using moecomp_test::random_permutation;
+
 using moecomp::host_context;
 using moecomp::host_matrix;
 using moecomp::host_vector;
@@ -56,15 +58,6 @@ expert<W> random_expert(std::uint64_t seed, bool gated = true, bool biases = fal
   fill(e.b3.data(), e.b3.size(), 0.1);
   fill(e.b2.data(), e.b2.size(), 0.1);
   return e;
-}
-
-/// A random permutation of 0..n-1 from moecomp's generator.
-std::vector<index_t> random_permutation(index_t n, std::uint64_t seed) {
-  std::vector<index_t> p(static_cast<std::size_t>(n));
-  std::iota(p.begin(), p.end(), index_t(0));
-  moecomp::random_generator rng(seed);
-  rng.shuffle(p.begin(), p.end());
-  return p;
 }
 
 std::vector<index_t> inverse_of(const std::vector<index_t>& p) {

@@ -32,20 +32,14 @@ namespace ot = moecomp::ot;
 
 namespace {
 
+using moecomp_test::random_permutation;
+
 template <class T>
 host_matrix<T> random_points(index_t rows, index_t cols, std::uint64_t seed) {
   host_matrix<T> x(rows, cols);
   moecomp::random_generator rng(seed);
   rng.fill_normal(x.view());
   return x;
-}
-
-std::vector<index_t> random_permutation(index_t n, std::uint64_t seed) {
-  std::vector<index_t> p(static_cast<std::size_t>(n));
-  std::iota(p.begin(), p.end(), index_t(0));
-  moecomp::random_generator rng(seed);
-  rng.shuffle(p.begin(), p.end());
-  return p;
 }
 
 template <class T>

@@ -3,11 +3,13 @@
 #include <doctest/doctest.h>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/error.hpp>
+#include <moecomp/core/random.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -27,6 +29,15 @@ std::string thrown_message(F&& f) {
   }
   FAIL_CHECK("expected moecomp::invalid_argument");
   return "";
+}
+
+/// A random permutation of 0..n-1 (Fisher-Yates with moecomp's generator).
+inline std::vector<moecomp::index_t> random_permutation(moecomp::index_t n, std::uint64_t seed) {
+  std::vector<moecomp::index_t> p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), moecomp::index_t(0));
+  moecomp::random_generator rng(seed);
+  rng.shuffle(p.begin(), p.end());
+  return p;
 }
 
 namespace detail {

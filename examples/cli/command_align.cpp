@@ -43,11 +43,13 @@ design_expert<T> expert_from_design(const moecomp::host_matrix<T>& rows, moecomp
   return e;
 }
 
+/// Loads the operands, then aligns; `seconds` receives the time of the alignment alone (activations, cost,
+/// assignment), without the loading.
 template <class T>
 moecomp::align::align_result run_align(const arguments& args, const moecomp::align::align_params& params,
                                        const std::string& path_a, const moecomp::io::npy_array& in_a,
                                        const std::string& path_b, const moecomp::io::npy_array& in_b,
-                                       moecomp::host_vector<moecomp::index_t>& p) {
+                                       moecomp::host_vector<moecomp::index_t>& p, double& seconds) {
   using namespace moecomp;
   const host_matrix<T> a = load_float_matrix<T>(path_a, in_a, /*require_finite=*/true);
   const host_matrix<T> b = load_float_matrix<T>(path_b, in_b, /*require_finite=*/true);
@@ -71,15 +73,18 @@ moecomp::align::align_result run_align(const arguments& args, const moecomp::ali
     const design_expert<T> eb = expert_from_design<T>(b, x.cols(), path_b);
     if (x.rows() < 2) throw usage_error("option --inputs: needs at least 2 tokens (rows), got " + std::to_string(x.rows()));
     p = host_vector<index_t>(a.rows());
-    return align::align_experts<T>(ctx, params, ea.view, eb.view, x.view(), p.view());
+    const stopwatch timer;
+    const align::align_result r = align::align_experts<T>(ctx, params, ea.view, eb.view, x.view(), p.view());
+    seconds = timer.seconds();
+    return r;
   }
   try {
-    if (correlation) {
-      p = host_vector<index_t>(a.cols());
-      return align::align_activations<T>(ctx, a.view(), b.view(), p.view());
-    }
-    p = host_vector<index_t>(a.rows());
-    return align::align_rows<T>(ctx, params, a.view(), b.view(), p.view());
+    p = host_vector<index_t>(correlation ? a.cols() : a.rows());
+    const stopwatch timer;
+    const align::align_result r = correlation ? align::align_activations<T>(ctx, a.view(), b.view(), p.view())
+                                              : align::align_rows<T>(ctx, params, a.view(), b.view(), p.view());
+    seconds = timer.seconds();
+    return r;
   } catch (const invalid_argument& e) {
     throw usage_error(path_a + ", " + path_b + ": " + e.what());
   }
@@ -103,11 +108,10 @@ int align_command(const arguments& args, output_files& outputs) {
   const io::npy_array in_a = read_operand(path_a), in_b = read_operand(path_b);
   const precision prec = choose_precision(args, in_a.dtype(), path_a);
   host_vector<index_t> p;
-  const stopwatch timer;
+  double seconds = 0;
   const align::align_result r = prec == precision::float32
-                                    ? run_align<float>(args, params, path_a, in_a, path_b, in_b, p)
-                                    : run_align<double>(args, params, path_a, in_a, path_b, in_b, p);
-  const double seconds = timer.seconds();
+                                    ? run_align<float>(args, params, path_a, in_a, path_b, in_b, p, seconds)
+                                    : run_align<double>(args, params, path_a, in_a, path_b, in_b, p, seconds);
   host_vector<std::int64_t> out(p.size());
   for (index_t i = 0; i < p.size(); ++i) out[i] = static_cast<std::int64_t>(p[i]);
   outputs.stage("-o", out.const_view());

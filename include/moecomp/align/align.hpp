@@ -24,9 +24,9 @@
 // this convention. And p from align_rows(W, base) is exactly residual encoding's permutation (row i of W goes
 // to base row p[i], <moecomp/sparse/residual.hpp>).
 //
-// Method: the cost matrix (n x m, in T: float for float, bfloat16 and half storage, double for double) by GEMM
-// (squared distances with the distance module's cancellation-safe sqeuclidean; inner products and, after
-// centring and normalising each neuron's activations in double, correlations through the shared Gram tiles),
+// Method: the cost matrix (n x m, in T: float for float, bfloat16 and half storage, double for double) from the
+// shared Gram tiles (squared distances as ||a_i||^2 + ||b_j||^2 - 2 a_i . b_j with the norms in double; inner
+// products; correlations after centring and normalising each neuron's activations in double),
 // then the exact Jonker-Volgenant assignment (<moecomp/ot/linear_assignment.hpp>, in double on that matrix).
 // Cost: 2 n m f flops (f = tokens for correlations), O(n m) memory for the costs plus the design rows, and the
 // assignment, O(n^2 m) at worst and far less on these costs in practice. Ties in the assignment go as the

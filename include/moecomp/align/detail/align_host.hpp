@@ -1,6 +1,6 @@
 #pragma once
-// Host implementation of neuron alignment: the design rows, the cost matrices (squared distances through the
-// distance module, inner products and correlations through the shared Gram tiles) and the exact assignment.
+// Host implementation of neuron alignment: the design rows, the cost matrices (squared distances, inner products
+// and correlations, each from the shared Gram tiles) and the exact assignment.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/align/align_types.hpp>
 #include <moecomp/core/context.hpp>
@@ -8,7 +8,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/core/detail/gram_tiles.hpp>
 #include <moecomp/core/detail/parallel.hpp>
-#include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/core/detail/row_math.hpp>
 #include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/ot/linear_assignment.hpp>
 
@@ -26,19 +26,35 @@ inline index_t design_columns(index_t d, bool gated, bool has_b1, bool has_b3) n
   return d + (has_b1 ? 1 : 0) + (gated ? d + (has_b3 ? 1 : 0) : 0) + d;
 }
 
-/// out(i, :) = expert's design row of neuron i, converted to T.
+/// out(i, :) = expert's design row of neuron i, converted to T. W1 / W3 rows are copied row by row; W2^T is
+/// transposed in 64 x 64 blocks (a column-by-column read of W2 would touch a new cache line per element).
 template <class W, class T>
 void fill_design(const host_context& ctx, const moe::ffn_expert_view<W>& e, matrix_view<T> out) {
-  const index_t d = e.d_model();
-  moecomp::detail::parallel_for(e.d_ff(), ctx.threads(), [&](index_t i, int) {
+  const index_t d = e.d_model(), d_ff = e.d_ff();
+  const auto convert_row = [d](const W* src, T* dst) {
+    for (index_t j = 0; j < d; ++j) dst[j] = convert_to<T>(src[j]);
+  };
+  moecomp::detail::parallel_for(d_ff, ctx.threads(), [&](index_t i, int) {
     T* row = out.row_ptr(i);
-    for (index_t j = 0; j < d; ++j) *row++ = convert_to<T>(e.w1(i, j));
+    convert_row(e.w1.row_ptr(i), row);
+    row += d;
     if (!e.b1.empty()) *row++ = convert_to<T>(e.b1[i]);
     if (e.gated()) {
-      for (index_t j = 0; j < d; ++j) *row++ = convert_to<T>(e.w3(i, j));
+      convert_row(e.w3.row_ptr(i), row);
+      row += d;
       if (!e.b3.empty()) *row++ = convert_to<T>(e.b3[i]);
     }
-    for (index_t j = 0; j < d; ++j) *row++ = convert_to<T>(e.w2(j, i));
+  });
+  const index_t down = design_columns(d, e.gated(), !e.b1.empty(), !e.b3.empty()) - d;  // W2^T's first column
+  constexpr index_t block = 64;
+  const index_t row_blocks = (d_ff + block - 1) / block, col_blocks = (d + block - 1) / block;
+  moecomp::detail::parallel_for(row_blocks * col_blocks, ctx.threads(), [&](index_t k, int) {
+    const index_t i0 = (k / col_blocks) * block, j0 = (k % col_blocks) * block;
+    const index_t i1 = std::min(i0 + block, d_ff), j1 = std::min(j0 + block, d);
+    for (index_t i = i0; i < i1; ++i) {
+      T* dst = out.row_ptr(i) + down;
+      for (index_t j = j0; j < j1; ++j) dst[j] = convert_to<T>(e.w2.row_ptr(j)[i]);
+    }
   });
 }
 
@@ -51,42 +67,77 @@ void inner_products(const host_context& ctx, matrix_view<const T> a, matrix_view
   });
 }
 
+/// Squared row norms in double.
+template <class T>
+std::vector<double> squared_norms(const host_context& ctx, matrix_view<const T> x) {
+  std::vector<double> out(static_cast<std::size_t>(x.rows()));
+  moecomp::detail::parallel_for(x.rows(), ctx.threads(), [&](index_t i, int) {
+    double s = 0;
+    const T* row = x.row_ptr(i);
+    for (index_t k = 0; k < x.cols(); ++k) s += static_cast<double>(row[k]) * static_cast<double>(row[k]);
+    out[static_cast<std::size_t>(i)] = s;
+  });
+  return out;
+}
+
+/// cost (n x m) = ||a_i||^2 + ||b_j||^2 - 2 a_i . b_j, clamped at 0: the norms in double, the cross term from the
+/// Gram tiles in T. The assignment depends on the cross term alone (the norms add a constant per row and per
+/// column to every assignment's total), so it is exactly as precise as the inner objective's.
+template <class T>
+void squared_distances(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> cost) {
+  const std::vector<double> na = squared_norms(ctx, a), nb = squared_norms(ctx, b);
+  moecomp::detail::for_each_gram_tile<T>(ctx, a, b, false, [&](index_t row0, index_t col0, matrix_view<const T> tile) {
+    for (index_t r = 0; r < tile.rows(); ++r) {
+      const double ni = na[static_cast<std::size_t>(row0 + r)];
+      const double* nj = nb.data() + col0;
+      const T* g = tile.row_ptr(r);
+      T* out = cost.row_ptr(row0 + r) + col0;
+      for (index_t c = 0; c < tile.cols(); ++c)
+        out[c] = static_cast<T>(std::max(0.0, ni + nj[c] - 2.0 * static_cast<double>(g[c])));
+    }
+  });
+}
+
 /// z (n x tokens) = the columns of h (tokens x n), each centred and scaled to unit norm (mean and norm in
 /// double), so that z_i . z_j is Pearson's correlation. A constant column gives a zero row: correlation 0
 /// with every neuron (numpy would give NaN).
 template <class T>
 void standardized_columns(const host_context& ctx, matrix_view<const T> h, matrix_view<T> z) {
-  const index_t tokens = h.rows();
-  moecomp::detail::parallel_for(h.cols(), ctx.threads(), [&](index_t i, int) {
-    double mean = 0;
-    for (index_t t = 0; t < tokens; ++t) mean += static_cast<double>(h(t, i));
-    mean /= static_cast<double>(tokens);
-    double norm2 = 0;
+  const index_t tokens = h.rows(), n = h.cols();
+  // Means and norms per column from row-wise passes (h is read along its rows, never down a column), over
+  // fixed 64-column strips so that the sums are the same at any thread count.
+  constexpr index_t strip = 64;
+  const index_t strips = (n + strip - 1) / strip;
+  std::vector<double> mean(static_cast<std::size_t>(n)), scale(static_cast<std::size_t>(n));
+  moecomp::detail::parallel_for(strips, ctx.threads(), [&](index_t s, int) {
+    const index_t c0 = s * strip, c1 = std::min(c0 + strip, n);
+    double sum[strip] = {}, sum2[strip] = {};
     for (index_t t = 0; t < tokens; ++t) {
-      const double v = static_cast<double>(h(t, i)) - mean;
-      norm2 += v * v;
+      const T* row = h.row_ptr(t);
+      for (index_t c = c0; c < c1; ++c) sum[c - c0] += static_cast<double>(row[c]);
     }
-    const double scale = norm2 > 0 ? 1.0 / std::sqrt(norm2) : 0.0;
-    T* row = z.row_ptr(i);
-    for (index_t t = 0; t < tokens; ++t) row[t] = static_cast<T>((static_cast<double>(h(t, i)) - mean) * scale);
+    for (index_t c = c0; c < c1; ++c) mean[static_cast<std::size_t>(c)] = sum[c - c0] / static_cast<double>(tokens);
+    for (index_t t = 0; t < tokens; ++t) {
+      const T* row = h.row_ptr(t);
+      for (index_t c = c0; c < c1; ++c) {
+        const double v = static_cast<double>(row[c]) - mean[static_cast<std::size_t>(c)];
+        sum2[c - c0] += v * v;
+      }
+    }
+    for (index_t c = c0; c < c1; ++c)
+      scale[static_cast<std::size_t>(c)] = sum2[c - c0] > 0 ? 1.0 / std::sqrt(sum2[c - c0]) : 0.0;
   });
-}
-
-template <class T>
-double row_dot(const T* x, const T* y, index_t f) noexcept {
-  double s = 0;
-  for (index_t k = 0; k < f; ++k) s += static_cast<double>(x[k]) * static_cast<double>(y[k]);
-  return s;
-}
-
-template <class T>
-double row_squared_distance(const T* x, const T* y, index_t f) noexcept {
-  double s = 0;
-  for (index_t k = 0; k < f; ++k) {
-    const double diff = static_cast<double>(x[k]) - static_cast<double>(y[k]);
-    s += diff * diff;
-  }
-  return s;
+  // z = the standardised columns as rows, transposed in 64 x 64 blocks.
+  const index_t token_blocks = (tokens + strip - 1) / strip;
+  moecomp::detail::parallel_for(strips * token_blocks, ctx.threads(), [&](index_t k, int) {
+    const index_t c0 = (k / token_blocks) * strip, t0 = (k % token_blocks) * strip;
+    const index_t c1 = std::min(c0 + strip, n), t1 = std::min(t0 + strip, tokens);
+    for (index_t c = c0; c < c1; ++c) {
+      const double m = mean[static_cast<std::size_t>(c)], sc = scale[static_cast<std::size_t>(c)];
+      T* out = z.row_ptr(c);
+      for (index_t t = t0; t < t1; ++t) out[t] = static_cast<T>((static_cast<double>(h(t, c)) - m) * sc);
+    }
+  });
 }
 
 /// Solves the assignment on cost (n x m) into p; returns the status (the cost is filled in by the caller).
@@ -111,15 +162,13 @@ align_result align_rows_host(const host_context& ctx, align_objective objective,
   if (maximize) {
     inner_products<T>(ctx, a, b, cost);
   } else {
-    distance::pairwise_distance_params params;
-    params.metric = distance::metric::sqeuclidean;
-    distance::pairwise_distances(ctx, params, a, b, cost);
+    squared_distances<T>(ctx, a, b, cost);
   }
   align_result out = solve<T>(ctx, cost, maximize, p);
   if (!out.ok()) return out;
   // The reported objective from the rows themselves, in double (not from the rounded cost entries).
   for (index_t i = 0; i < n; ++i)
-    out.cost += maximize ? row_dot(a.row_ptr(i), b.row_ptr(p[i]), f) : row_squared_distance(a.row_ptr(i), b.row_ptr(p[i]), f);
+    out.cost += maximize ? moecomp::detail::dot(a.row_ptr(i), b.row_ptr(p[i]), f) : moecomp::detail::squared_distance(a.row_ptr(i), b.row_ptr(p[i]), f);
   return out;
 }
 
@@ -138,7 +187,7 @@ align_result align_activations_host(const host_context& ctx, matrix_view<const T
   inner_products<T>(ctx, zav, zbv, cost);
   align_result out = solve<T>(ctx, cost, true, p);
   if (!out.ok()) return out;
-  for (index_t i = 0; i < n; ++i) out.cost += row_dot(zav.row_ptr(i), zbv.row_ptr(p[i]), tokens);
+  for (index_t i = 0; i < n; ++i) out.cost += moecomp::detail::dot(zav.row_ptr(i), zbv.row_ptr(p[i]), tokens);
   return out;
 }
 

@@ -4,6 +4,7 @@
 // Deterministic at any thread count: rows are cut into fixed tiles whose GEMMs are single-threaded, each
 // row's argmin is independent of the others, and every sum runs in index order in double.
 #include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/detail/row_math.hpp>
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/cluster/detail/kmeans_rules.hpp>
 #include <moecomp/cluster/detail/kmeans_transport.hpp>
@@ -101,15 +102,7 @@ void assign_labels(const kmeans_data<T>& data, int threads, const T* centers, co
 }
 
 /// ||x_i - c||^2 in double, directly (not through the GEMM form).
-template <class T>
-double squared_distance(const T* a, const T* b, index_t d) noexcept {
-  double s = 0;
-  for (index_t j = 0; j < d; ++j) {
-    const double t = static_cast<double>(a[j]) - static_cast<double>(b[j]);
-    s += t * t;
-  }
-  return s;
-}
+using moecomp::detail::squared_distance;
 
 /// sum_i w_i ||x_i - c_label(i)||^2 in double, rows in order.
 template <class T>
