@@ -308,6 +308,18 @@ TEST_CASE("align_stack: every expert to one reference (the reference's row the i
       CHECK(got == rows[e]);
     }
   }
+  // By activation correlation on tokens (the reference's activations computed once): the same permutations.
+  const host_matrix<float> x = tokens(256, 44);
+  host_matrix<index_t> by_correlation(experts, d_ff);
+  const align::align_result rc = align::align_stack<float>(
+      host_context(2), with_objective(align::align_objective::correlation), stack, 1, x.view(), by_correlation.view());
+  CHECK(rc.ok());
+  CHECK(rc.cost > 0.95 * 3 * d_ff);
+  CHECK(by_correlation.storage() == perms.storage());
+  CHECK(moecomp_test::thrown_message([&] {
+          align::align_stack<float>(host_context(1), with_objective(align::align_objective::correlation), stack, 1,
+                                    none.view(), by_correlation.view());
+        }) == "align_stack: x must be tokens x d with at least 2 tokens and d = 24 for the correlation objective, got 0 x 0");
 }
 
 TEST_CASE("alignment is bit-identical at any thread count") {

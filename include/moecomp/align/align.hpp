@@ -156,13 +156,34 @@ align_result align_stack(const host_context& ctx, const align_params& params, co
                   ": permutations must be ", moecomp::detail::shape_string(stack.experts(), stack.d_ff()),
                   " (experts x d_ff), got ", moecomp::detail::shape_string(permutations.rows(), permutations.cols()));
   align_result total;
+  const index_t d_ff = stack.d_ff();
+  // Correlation: the reference's activations once, not once per expert.
+  const bool correlation = params.objective == align_objective::correlation;
+  using A = accumulator_t<W>;
+  moecomp::detail::host_workspace<A> reference_hidden(ctx, correlation ? static_cast<std::size_t>(x.rows() * d_ff) : 0);
+  moecomp::detail::host_workspace<A> expert_hidden(ctx, correlation ? static_cast<std::size_t>(x.rows() * d_ff) : 0);
+  if (correlation) {
+    moecomp::detail::check_ffn_params(fn, params.forward);
+    MOECOMP_EXPECTS(x.rows() >= 2 && x.cols() == stack.d_model(), fn,
+                    ": x must be tokens x d with at least 2 tokens and d = ", stack.d_model(),
+                    " for the correlation objective, got ", moecomp::detail::shape_string(x.rows(), x.cols()));
+    moe::ffn_hidden<W>(ctx, params.forward, stack.expert(reference), x,
+                       matrix_view<A>(reference_hidden.data(), x.rows(), d_ff, d_ff));
+  }
   for (index_t e = 0; e < stack.experts(); ++e) {
-    vector_view<index_t> row(permutations.row_ptr(e), stack.d_ff());
+    vector_view<index_t> row(permutations.row_ptr(e), d_ff);
     if (e == reference) {
-      for (index_t i = 0; i < stack.d_ff(); ++i) row[i] = i;
+      for (index_t i = 0; i < d_ff; ++i) row[i] = i;
       continue;
     }
-    const align_result r = align_experts<W>(ctx, params, stack.expert(reference), stack.expert(e), x, row);
+    align_result r;
+    if (correlation) {
+      const matrix_view<A> hb(expert_hidden.data(), x.rows(), d_ff, d_ff);
+      moe::ffn_hidden<W>(ctx, params.forward, stack.expert(e), x, hb);
+      r = align_activations<A>(ctx, matrix_view<const A>(reference_hidden.data(), x.rows(), d_ff, d_ff), hb, row);
+    } else {
+      r = align_experts<W>(ctx, params, stack.expert(reference), stack.expert(e), x, row);
+    }
     total.cost += r.cost;
     if (total.ok() && !r.ok()) total.status = r.status;
   }
