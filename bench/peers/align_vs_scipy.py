@@ -21,11 +21,14 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
-import time
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_timing import timed  # noqa: E402
 
 
 def run_moecomp(tool, a, b, objective, repeat):
@@ -42,15 +45,6 @@ def run_moecomp(tool, a, b, objective, repeat):
         best = min(best, summary["seconds"])
         rss = max(rss, usage.ru_maxrss * 1024)
     return best, summary, rss
-
-
-def timed(f, repeat):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
 
 
 def design_pair(rng, d, d_ff):

@@ -15,12 +15,15 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
-import time
 
 import numpy as np
 import scipy
 from scipy.optimize import linear_sum_assignment
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_timing import timed  # noqa: E402
 
 
 def run_moecomp(tool, path, out, repeat, *flags):
@@ -30,15 +33,6 @@ def run_moecomp(tool, path, out, repeat, *flags):
                              capture_output=True, text=True).stdout
         best = min(best, json.loads(res)["seconds"])
     return best, np.load(out)
-
-
-def timed(f, repeat):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
 
 
 def main():

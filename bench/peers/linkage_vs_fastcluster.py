@@ -17,14 +17,17 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
-import time
 
 import fastcluster
 import numpy as np
 import scipy
 from scipy.cluster.hierarchy import linkage as scipy_linkage
 from scipy.spatial.distance import pdist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_timing import timed  # noqa: E402
 
 
 def same_z(a, b):
@@ -39,15 +42,6 @@ def run_moecomp(tool, args, out, repeat):
                              text=True).stdout
         best = min(best, json.loads(res)["seconds"])
     return best, np.load(out)
-
-
-def timed(f, repeat):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
 
 
 def main():
