@@ -108,7 +108,7 @@ constexpr moe::activation all_activations[] = {moe::activation::silu, moe::activ
 }  // namespace
 
 TEST_CASE("activations: the formulas at a few points") {
-  using moe::detail::activate;
+  using moecomp::detail::activate;
   CHECK(activate<double>(moe::activation::silu, 0.0) == 0.0);
   CHECK(activate<double>(moe::activation::silu, 2.0) == doctest::Approx(2.0 / (1 + std::exp(-2.0))).epsilon(1e-15));
   CHECK(activate<double>(moe::activation::gelu, 1.0) == doctest::Approx(0.8413447460685429).epsilon(1e-14));

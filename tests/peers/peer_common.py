@@ -62,3 +62,20 @@ class ToolRunner:
         if not ok:
             self.failures += 1
         print(f"{'ok  ' if ok else 'FAIL'} error {label}: {lines[0] if lines else r.stderr!r}")
+
+    def expect_directory_error(self, label, args, *fragments):
+        """For a command whose -o is a directory: exit 2 with one 'moecomp: error:' line holding every fragment,
+        no output directory and no temporary directory left behind."""
+        self.checks += 1
+        out = self.path("never")
+        r = self.run(*args, "-o", out)
+        lines = r.stderr.strip().splitlines()
+        leftovers = [f for f in os.listdir(self.tmp) if ".moecomp-tmp-" in f]
+        ok = (r.returncode == 2 and len(lines) == 1 and lines[0].startswith("moecomp: error:")
+              and all(f in lines[0] for f in fragments) and not os.path.exists(out) and not leftovers)
+        if ok:
+            print(f"ok   error {label}: {lines[0]}")
+        else:
+            self.failures += 1
+            print(f"FAIL error {label}: exit {r.returncode}, stderr {r.stderr!r}, leftovers {leftovers}, "
+                  f"wanted {fragments}")

@@ -78,6 +78,22 @@ class host_workspace {
   ~host_workspace() { ctx_->deallocate(data_, count_ * sizeof(T), alignof(T) > 64 ? alignof(T) : 64); }
   host_workspace(const host_workspace&) = delete;
   host_workspace& operator=(const host_workspace&) = delete;
+  /// Movable, so that a helper can return its buffer; the moved-from workspace is empty.
+  host_workspace(host_workspace&& other) noexcept : ctx_(other.ctx_), count_(other.count_), data_(other.data_) {
+    other.count_ = 0;
+    other.data_ = nullptr;
+  }
+  host_workspace& operator=(host_workspace&& other) noexcept {
+    if (this != &other) {
+      ctx_->deallocate(data_, count_ * sizeof(T), alignof(T) > 64 ? alignof(T) : 64);
+      ctx_ = other.ctx_;
+      count_ = other.count_;
+      data_ = other.data_;
+      other.count_ = 0;
+      other.data_ = nullptr;
+    }
+    return *this;
+  }
   T* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return count_; }
   T& operator[](std::size_t i) const noexcept { return data_[i]; }

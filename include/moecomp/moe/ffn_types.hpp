@@ -82,6 +82,26 @@ struct ffn_expert_stack_view {
   }
 };
 
+/// E experts' writable storage (the output of merging): the pieces of ffn_expert_stack_view, mutable.
+template <class W>
+struct ffn_expert_stack_mutable_view {
+  matrix_stack_view<W> w1, w3, w2;
+  matrix_view<W> b1, b3, b2;
+  index_t experts() const noexcept { return w1.count(); }
+  index_t d_model() const noexcept { return w1.cols(); }
+  index_t d_ff() const noexcept { return w1.rows(); }
+  bool gated() const noexcept { return !w3.empty(); }
+  /// Expert e as a mutable view.
+  ffn_expert_mutable_view<W> expert(index_t e) const {
+    ffn_expert_mutable_view<W> v{w1.matrix(e), w3.empty() ? matrix_view<W>() : w3.matrix(e), w2.matrix(e), {}, {}, {}};
+    if (!b1.empty()) v.b1 = vector_view<W>(b1.row_ptr(e), b1.cols());
+    if (!b3.empty()) v.b3 = vector_view<W>(b3.row_ptr(e), b3.cols());
+    if (!b2.empty()) v.b2 = vector_view<W>(b2.row_ptr(e), b2.cols());
+    return v;
+  }
+  ffn_expert_stack_view<W> as_const() const noexcept { return {w1, w3, w2, b1, b3, b2}; }
+};
+
 struct ffn_params {
   activation act = activation::silu;
   /// Tokens per tile: each tile's GEMMs run on one thread (results do not depend on the thread count). >= 1.

@@ -27,7 +27,7 @@
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/traits.hpp>
-#include <moecomp/moe/detail/activation.hpp>
+#include <moecomp/core/detail/activation.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
 
 #include <type_traits>
@@ -175,7 +175,7 @@ void shared_base_ffn_forward(const host_context& ctx, const ffn_params& params, 
     A* hr = hv.row_ptr(t);
     const A* ur = layer.gated() ? u.data() + t * d_ff : nullptr;
     for (index_t j = 0; j < d_ff; ++j) {
-      const A a = detail::activate<A>(params.act, hr[j]);
+      const A a = moecomp::detail::activate<A>(params.act, hr[j]);
       hr[j] = ur != nullptr ? a * ur[j] : a;
     }
   });

@@ -6,6 +6,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/correlation.hpp>
 #include <moecomp/core/detail/gram_tiles.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/row_math.hpp>
@@ -14,7 +15,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -58,15 +58,6 @@ void fill_design(const host_context& ctx, const moe::ffn_expert_view<W>& e, matr
   });
 }
 
-/// cost (n x m) = a b^T through the Gram tiles (each tile one single-threaded GEMM: thread-count independent).
-template <class T>
-void inner_products(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> cost) {
-  moecomp::detail::for_each_gram_tile<T>(ctx, a, b, false, [&](index_t row0, index_t col0, matrix_view<const T> tile) {
-    for (index_t r = 0; r < tile.rows(); ++r)
-      std::memcpy(cost.row_ptr(row0 + r) + col0, tile.row_ptr(r), static_cast<std::size_t>(tile.cols()) * sizeof(T));
-  });
-}
-
 /// Squared row norms in double.
 template <class T>
 std::vector<double> squared_norms(const host_context& ctx, matrix_view<const T> x) {
@@ -98,48 +89,6 @@ void squared_distances(const host_context& ctx, matrix_view<const T> a, matrix_v
   });
 }
 
-/// z (n x tokens) = the columns of h (tokens x n), each centred and scaled to unit norm (mean and norm in
-/// double), so that z_i . z_j is Pearson's correlation. A constant column gives a zero row: correlation 0
-/// with every neuron (numpy would give NaN).
-template <class T>
-void standardized_columns(const host_context& ctx, matrix_view<const T> h, matrix_view<T> z) {
-  const index_t tokens = h.rows(), n = h.cols();
-  // Means and norms per column from row-wise passes (h is read along its rows, never down a column), over
-  // fixed 64-column strips so that the sums are the same at any thread count.
-  constexpr index_t strip = 64;
-  const index_t strips = (n + strip - 1) / strip;
-  std::vector<double> mean(static_cast<std::size_t>(n)), scale(static_cast<std::size_t>(n));
-  moecomp::detail::parallel_for(strips, ctx.threads(), [&](index_t s, int) {
-    const index_t c0 = s * strip, c1 = std::min(c0 + strip, n);
-    double sum[strip] = {}, sum2[strip] = {};
-    for (index_t t = 0; t < tokens; ++t) {
-      const T* row = h.row_ptr(t);
-      for (index_t c = c0; c < c1; ++c) sum[c - c0] += static_cast<double>(row[c]);
-    }
-    for (index_t c = c0; c < c1; ++c) mean[static_cast<std::size_t>(c)] = sum[c - c0] / static_cast<double>(tokens);
-    for (index_t t = 0; t < tokens; ++t) {
-      const T* row = h.row_ptr(t);
-      for (index_t c = c0; c < c1; ++c) {
-        const double v = static_cast<double>(row[c]) - mean[static_cast<std::size_t>(c)];
-        sum2[c - c0] += v * v;
-      }
-    }
-    for (index_t c = c0; c < c1; ++c)
-      scale[static_cast<std::size_t>(c)] = sum2[c - c0] > 0 ? 1.0 / std::sqrt(sum2[c - c0]) : 0.0;
-  });
-  // z = the standardised columns as rows, transposed in 64 x 64 blocks.
-  const index_t token_blocks = (tokens + strip - 1) / strip;
-  moecomp::detail::parallel_for(strips * token_blocks, ctx.threads(), [&](index_t k, int) {
-    const index_t c0 = (k / token_blocks) * strip, t0 = (k % token_blocks) * strip;
-    const index_t c1 = std::min(c0 + strip, n), t1 = std::min(t0 + strip, tokens);
-    for (index_t c = c0; c < c1; ++c) {
-      const double m = mean[static_cast<std::size_t>(c)], sc = scale[static_cast<std::size_t>(c)];
-      T* out = z.row_ptr(c);
-      for (index_t t = t0; t < t1; ++t) out[t] = static_cast<T>((static_cast<double>(h(t, c)) - m) * sc);
-    }
-  });
-}
-
 /// Solves the assignment on cost (n x m) into p; returns the status (the cost is filled in by the caller).
 template <class T>
 align_result solve(const host_context& ctx, matrix_view<const T> cost, bool maximize, vector_view<index_t> p) {
@@ -160,7 +109,7 @@ align_result align_rows_host(const host_context& ctx, align_objective objective,
   const matrix_view<T> cost(storage.data(), n, m, m);
   const bool maximize = objective == align_objective::inner;
   if (maximize) {
-    inner_products<T>(ctx, a, b, cost);
+    moecomp::detail::gram_product<T>(ctx, a, b, cost);
   } else {
     squared_distances<T>(ctx, a, b, cost);
   }
@@ -180,11 +129,11 @@ align_result align_activations_host(const host_context& ctx, matrix_view<const T
   moecomp::detail::host_workspace<T> za(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(tokens));
   moecomp::detail::host_workspace<T> zb(ctx, static_cast<std::size_t>(m) * static_cast<std::size_t>(tokens));
   const matrix_view<T> zav(za.data(), n, tokens, tokens), zbv(zb.data(), m, tokens, tokens);
-  standardized_columns<T>(ctx, a, zav);
-  standardized_columns<T>(ctx, b, zbv);
+  moecomp::detail::standardized_columns<T>(ctx, a, zav);
+  moecomp::detail::standardized_columns<T>(ctx, b, zbv);
   moecomp::detail::host_workspace<T> storage(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(m));
   const matrix_view<T> cost(storage.data(), n, m, m);
-  inner_products<T>(ctx, zav, zbv, cost);
+  moecomp::detail::gram_product<T>(ctx, zav, zbv, cost);
   align_result out = solve<T>(ctx, cost, true, p);
   if (!out.ok()) return out;
   for (index_t i = 0; i < n; ++i) out.cost += moecomp::detail::dot(zav.row_ptr(i), zbv.row_ptr(p[i]), tokens);

@@ -10,6 +10,7 @@
 #include <moecomp/core/views.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -56,6 +57,16 @@ void for_each_gram_tile(const host_context& ctx, matrix_view<const T> a, matrix_
   moecomp::detail::host_workspace<T> scratch(ctx, static_cast<std::size_t>(tile * tile));
   for (std::ptrdiff_t k = 0; k < count; ++k) run_range(scratch.data(), k);
 #endif
+}
+
+/// out (n x m) = a b^T, whole, through the Gram tiles (each tile one single-threaded GEMM: thread-count
+/// independent).
+template <class T>
+void gram_product(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> out) {
+  for_each_gram_tile<T>(ctx, a, b, false, [&](index_t row0, index_t col0, matrix_view<const T> tile) {
+    for (index_t r = 0; r < tile.rows(); ++r)
+      std::memcpy(out.row_ptr(row0 + r) + col0, tile.row_ptr(r), static_cast<std::size_t>(tile.cols()) * sizeof(T));
+  });
 }
 
 }  // namespace detail

@@ -1,7 +1,7 @@
 #pragma once
 // The FFN expert forward on the device: the device overloads of <moecomp/moe/ffn.hpp>'s ffn_forward,
 // ffn_hidden and ffn_stack_forward, taking a cuda_context and device views (<moecomp/cuda/moe/expert_types.cuh>).
-// The same layout, activations (the host's MOECOMP_HOST_DEVICE formulas, moe/detail/activation.hpp), gating and
+// The same layout, activations (the host's MOECOMP_HOST_DEVICE formulas, core/detail/activation.hpp), gating and
 // biases as the host (docs/moe.md, "Device").
 //
 //   x: n x d tokens in A = accumulator_t<W> (float; double for double storage), device memory;

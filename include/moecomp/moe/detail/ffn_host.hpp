@@ -7,7 +7,7 @@
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/moe/ffn_types.hpp>
-#include <moecomp/moe/detail/activation.hpp>
+#include <moecomp/core/detail/activation.hpp>
 #include <moecomp/core/detail/gemm.hpp>
 #include <moecomp/core/detail/linear.hpp>
 #include <moecomp/core/detail/parallel.hpp>
@@ -99,7 +99,7 @@ void ffn_forward_tile(const ffn_params& params, const ffn_expert_view<W>& expert
     A* hr = h + r * d_ff;
     const A* ur = u + r * d_ff;
     for (index_t j = 0; j < d_ff; ++j) {
-      const A a = activate<A>(params.act, hr[j] + w.b1[j]);
+      const A a = moecomp::detail::activate<A>(params.act, hr[j] + w.b1[j]);
       hr[j] = expert.gated() ? a * (ur[j] + w.b3[j]) : a;
     }
     if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(first + r));
@@ -128,7 +128,7 @@ void ffn_forward_panels(const host_context& ctx, const ffn_params& params, const
   for (index_t r = 0; r < n; ++r) {
     A* hr = h.row_ptr(r);
     for (index_t j = 0; j < d_ff; ++j) {
-      const A a = activate<A>(params.act, hr[j] + (expert.b1.empty() ? A(0) : convert_to<A>(expert.b1[j])));
+      const A a = moecomp::detail::activate<A>(params.act, hr[j] + (expert.b1.empty() ? A(0) : convert_to<A>(expert.b1[j])));
       hr[j] = expert.gated() ? a * (u(r, j) + (expert.b3.empty() ? A(0) : convert_to<A>(expert.b3[j]))) : a;
     }
     if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(r));

@@ -1,7 +1,7 @@
 #pragma once
 // Device implementation of the FFN expert forward (<moecomp/cuda/moe/expert.cuh>): the host's steps
 // (<moecomp/moe/detail/ffn_host.hpp>) with cuBLAS GEMMs and two element-wise kernels whose per-element math is
-// the host's (moe/detail/activation.hpp).
+// the host's (core/detail/activation.hpp).
 //
 //   weights:  float / double used in place (any row stride); bfloat16 / half converted once per call into
 //             the workspace (3 d d_ff floats at most), as on the host;
@@ -13,7 +13,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/cuda/moe/expert_types.cuh>
-#include <moecomp/moe/detail/activation.hpp>
+#include <moecomp/core/detail/activation.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/error.cuh>
@@ -57,7 +57,7 @@ MOECOMP_KERNEL void gate_kernel(A* h, index_t ldh, const A* u, index_t ldu, inde
   for (index_t k = index_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += index_t(gridDim.x) * blockDim.x) {
     const index_t r = k / d_ff, j = k - r * d_ff;
     const A bias1 = b1.empty() ? A(0) : convert_to<A>(*b1.ptr(j));
-    const A a = moe::detail::activate<A>(act, h[r * ldh + j] + bias1);
+    const A a = moecomp::detail::activate<A>(act, h[r * ldh + j] + bias1);
     if (gated) {
       const A bias3 = b3.empty() ? A(0) : convert_to<A>(*b3.ptr(j));
       h[r * ldh + j] = a * (u[r * ldu + j] + bias3);
