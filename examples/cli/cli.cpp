@@ -349,6 +349,20 @@ json_summary& json_summary::add(const std::string& key, const std::vector<long l
   fields_.emplace_back(key, s + "]");
   return *this;
 }
+json_summary& json_summary::add(const std::string& key, const std::vector<double>& values) {
+  std::string s = "[";
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    char buffer[32];
+    const double v = values[k];
+    if (std::isfinite(v))
+      std::snprintf(buffer, sizeof buffer, "%.17g", v);
+    else
+      std::snprintf(buffer, sizeof buffer, "%s", std::isnan(v) ? "\"nan\"" : v > 0 ? "\"inf\"" : "\"-inf\"");
+    s += (k ? ", " : "") + std::string(buffer);
+  }
+  fields_.emplace_back(key, s + "]");
+  return *this;
+}
 std::string json_summary::str() const {
   std::string s = "{";
   for (std::size_t k = 0; k < fields_.size(); ++k) s += (k ? ", " : "") + quote(fields_[k].first) + ": " + fields_[k].second;

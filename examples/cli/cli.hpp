@@ -129,6 +129,9 @@ class json_summary {
   json_summary& add(const std::string& key, const std::string& value);
   json_summary& add(const std::string& key, bool value);
   json_summary& add(const std::string& key, const std::vector<long long>& values);
+  /// A list of numbers; non-finite entries are written as strings like add(key, double) (and not warned about:
+  /// a list's NaN means "not measured", e.g. a merge error without calibration tokens).
+  json_summary& add(const std::string& key, const std::vector<double>& values);
   std::string str() const;
   /// "cost is inf", ... for every non-finite number added (conclude warns about each).
   const std::vector<std::string>& non_finite() const { return non_finite_; }

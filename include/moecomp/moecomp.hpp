@@ -37,4 +37,5 @@
 #include <moecomp/sparse/prune.hpp>
 #include <moecomp/sparse/residual.hpp>
 #include <moecomp/align/align.hpp>
+#include <moecomp/merge/merge.hpp>
 #include <moecomp/similarity/partition.hpp>
