@@ -1,6 +1,6 @@
 // moecomp merge --w1 W1.npy --w2 W2.npy [--w3 W3.npy] --groups G.npy --method M [--frequencies f.npy]
 // [--inputs X.npy] [--router R.npy] [--dominants D.npy] [--activation ACT] [--router-rule RULE] [--top-k K]
-// [--frequency-top-k K] [--token-cap N] [--seed S] [--objective O] [--max-iter N] -o OUT_DIR [--json]:
+// [--frequency-top-k K] [--token-cap N] [--seed S] [--objective O] [--max-iter N] [--no-errors] -o OUT_DIR [--json]:
 // merge each group of a stack of E experts (W1, W3: E x d_ff x d; W2: E x d x d_ff) into one (merge::merge_experts).
 // Writes w1.npy, w2.npy, w3.npy (g experts in group-id order), router.npy (g x d) when the router rule merges
 // rows, and map.npy (int64, old id -> group id) into OUT_DIR, whole or not at all. The contract: docs/cli.md;
@@ -95,6 +95,7 @@ int run_merge(const arguments& args, output_files& outputs) {
   params.token_cap = args.integer("--token-cap", 50000);
   if (args.integer("--seed", 0) < 0) throw usage_error("option --seed: expected an integer >= 0, got " + *args.value("--seed"));
   params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  params.report_errors = !args.flag("--no-errors");
   const long long max_iter = args.integer("--max-iter", 100);
   params.max_iterations = max_iter > 1000000000 ? 1000000000 : static_cast<int>(max_iter);
 
@@ -175,7 +176,8 @@ int run_merge(const arguments& args, output_files& outputs) {
       .add("d_ff", static_cast<long long>(d_ff))
       .add("dominants", dominant_ids)
       .add("coefficients", report.coefficients);
-  if (x.rows() > 0) summary.add("tokens", token_counts).add("errors", errors);
+  if (x.rows() > 0) summary.add("tokens", token_counts);
+  if (x.rows() > 0 && params.report_errors) summary.add("errors", errors);
   if (params.method == merge::merge_method::learned)
     summary.add("objective_initial", objective_initial)
         .add("objective_final", objective_final)
@@ -208,7 +210,7 @@ const command_registration merge_registration{command{
      "average|frequency|uniform|dominant|aligned|fix-dom|learned [--frequencies f.npy] [--inputs X.npy] "
      "[--router R.npy] [--dominants D.npy] [--activation silu|gelu|gelu_tanh|relu] [--router-rule "
      "auto|map|merged|dominant] [--top-k K] [--frequency-top-k K] [--token-cap N] [--seed S] [--objective "
-     "weights|inner|correlation] [--max-iter N] -o OUT_DIR [--json]",
+     "weights|inner|correlation] [--max-iter N] [--no-errors] -o OUT_DIR [--json]",
      0,
      0,
      {{"--w1", true, "W1.npy: the gate (first) projections, E x d_ff x d, nn.Linear layout (required)"},
@@ -229,7 +231,8 @@ const command_registration merge_registration{command{
       {"--token-cap", true, "at most N tokens per group, a seeded draw (default 50000; 0: all)"},
       {"--seed", true, "seed of the token draw, >= 0 (default 0)"},
       {"--objective", true, "aligned: weights (default) | inner | correlation"},
-      {"--max-iter", true, "learned: projected-gradient iterations per group (default 100)"}},
+      {"--max-iter", true, "learned: projected-gradient iterations per group (default 100)"},
+      {"--no-errors", false, "do not compute the per-group merge errors (they cost the members' forwards again)"}},
      /*output_directory=*/true},
     merge_command}};
 

@@ -111,6 +111,9 @@ struct merge_params {
   /// more than learned_tolerance. max_iterations >= 1, learned_tolerance >= 0.
   int max_iterations = 100;
   double learned_tolerance = 1e-6;
+  /// Report each group's merge error when x is given. It runs every member and the merged expert on the group's
+  /// tokens: as much work as fix_dom's activations again, so a caller that does not need it turns it off.
+  bool report_errors = true;
 };
 
 /// The router rule a call with these params applies (never automatic).
@@ -159,7 +162,7 @@ struct merge_group_report {
   index_t tokens = 0;
   /// Relative merge error on those tokens, sum_t ||y_t - f_merged(x_t)||^2 / sum_t ||y_t||^2, where y_t is the
   /// group's original output: the members' outputs weighted by their router probabilities renormalised over
-  /// the group (the plain mean without a router). NaN without x, or with no token.
+  /// the group (the plain mean without a router). NaN without x, with no token, or with params.report_errors off.
   double error = 0;
   /// learned: the objective mean_t ||y_t - f_a(x_t)||^2 at the uniform start and at the end, and the
   /// iterations; NaN and 0 for the other methods.

@@ -10,7 +10,6 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/core/detail/correlation.hpp>
 #include <moecomp/core/detail/gram_tiles.hpp>
-#include <moecomp/core/detail/linear.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/gating/routing.hpp>
 #include <moecomp/merge/merge_types.hpp>
@@ -23,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -145,15 +145,36 @@ std::vector<index_t> concatenated_tokens(index_t tokens, const token_routes<A>* 
   return out;
 }
 
+/// The rows of x listed in `rows`: a view of x itself when they are all of its rows in order (no copy), else a
+/// gathered copy.
 template <class A>
-host_workspace<A> gather_rows(const host_context& ctx, matrix_view<const A> x, const std::vector<index_t>& rows) {
-  host_workspace<A> out(ctx, rows.size() * static_cast<std::size_t>(x.cols()));
-  parallel_for(static_cast<index_t>(rows.size()), ctx.threads(), [&](index_t i, int) {
-    const A* src = x.row_ptr(rows[static_cast<std::size_t>(i)]);
-    std::copy(src, src + x.cols(), out.data() + i * x.cols());
-  });
-  return out;
-}
+class gathered_rows {
+ public:
+  gathered_rows(const host_context& ctx, matrix_view<const A> x, const std::vector<index_t>& rows)
+      : copy_(ctx, is_all(x, rows) ? 0 : rows.size() * static_cast<std::size_t>(x.cols())) {
+    const auto n = static_cast<index_t>(rows.size());
+    if (is_all(x, rows)) {
+      view_ = x;
+      return;
+    }
+    parallel_for(n, ctx.threads(), [&](index_t i, int) {
+      const A* src = x.row_ptr(rows[static_cast<std::size_t>(i)]);
+      std::copy(src, src + x.cols(), copy_.data() + i * x.cols());
+    });
+    view_ = matrix_view<const A>(copy_.data(), n, x.cols(), x.cols());
+  }
+  matrix_view<const A> view() const noexcept { return view_; }
+
+ private:
+  static bool is_all(matrix_view<const A> x, const std::vector<index_t>& rows) {
+    if (static_cast<index_t>(rows.size()) != x.rows()) return false;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (rows[i] != static_cast<index_t>(i)) return false;
+    return true;
+  }
+  host_workspace<A> copy_;
+  matrix_view<const A> view_;
+};
 
 /// out = sum_i c_i (member i's neurons gathered by perms[i], or in place when perms is empty), every weight and
 /// bias accumulated in double in member order, then rounded once to W.
@@ -390,10 +411,22 @@ class learned_problem {
         b2_(n_ * static_cast<std::size_t>(d_), 0.0), a_(ctx, tf()), u_(ctx, gated_ ? tf() : 0), h_(ctx, tf()),
         out_(ctx, td()), r_(ctx, td()), rt_(ctx, td()), ht_(ctx, tf()), g_(ctx, tf()), m_(ctx, df()), w2a_(ctx, df()),
         w2ta_(ctx, df()) {
+    // The products below have many rows on both sides: the Gram tiles (256 x 256 blocks, each operand packed
+    // once per tile) run them at GEMM speed, where linear_abt's weight panels would repack x for every panel.
+    host_workspace<A> converted(ctx, std::is_same_v<W, A> ? 0 : df());
+    const auto as_a = [&](matrix_view<const W> w) {
+      if constexpr (std::is_same_v<W, A>) {
+        return w;
+      } else {
+        for (index_t r = 0; r < w.rows(); ++r)
+          for (index_t c = 0; c < w.cols(); ++c) converted.data()[r * w.cols() + c] = convert_to<A>(w(r, c));
+        return matrix_view<const A>(converted.data(), w.rows(), w.cols(), w.cols());
+      }
+    };
     for (std::size_t i = 0; i < n_; ++i) {
       const moe::ffn_expert_view<W> e = experts.expert(members[i]);
-      moecomp::detail::linear_abt<W, A>(ctx, xg, e.w1, matrix_view<A>(pre1_.data() + i * tf(), t_, f_, f_));
-      if (gated_) moecomp::detail::linear_abt<W, A>(ctx, xg, e.w3, matrix_view<A>(pre3_.data() + i * tf(), t_, f_, f_));
+      moecomp::detail::gram_product<A>(ctx, xg, as_a(e.w1), matrix_view<A>(pre1_.data() + i * tf(), t_, f_, f_));
+      if (gated_) moecomp::detail::gram_product<A>(ctx, xg, as_a(e.w3), matrix_view<A>(pre3_.data() + i * tf(), t_, f_, f_));
       add_bias(pre1_.data() + i * tf(), e.b1);
       if (gated_) add_bias(pre3_.data() + i * tf(), e.b3);
       A* w2 = w2_.data() + i * df();
@@ -411,8 +444,18 @@ class learned_problem {
 
   /// L(alpha); the gradient into grad when it is not null.
   double evaluate(const std::vector<double>& alpha, std::vector<double>* grad) {
+    // The line search's accepted trial is evaluated again with the gradient: its forward (a, u, h, R) is kept.
+    if (!(forward_current_ && alpha == forward_alpha_)) forward(alpha);
+    const double loss = forward_loss_;
+    if (grad == nullptr) return loss;
+    forward_current_ = false;  // h_ is reused below
+    return gradient(alpha, grad, loss);
+  }
+
+ private:
+  /// a, u, h, the output and R = output - y at alpha, and the loss.
+  void forward(const std::vector<double>& alpha) {
     const index_t t = t_, d = d_, f = f_;
-    // a, u, h.
     parallel_for(t, ctx_.threads(), [&](index_t row, int) {
       A* ar = a_.data() + row * f;
       A* ur = gated_ ? u_.data() + row * f : nullptr;
@@ -433,25 +476,31 @@ class learned_problem {
     std::vector<double> b2a(static_cast<std::size_t>(d), 0.0);
     for (std::size_t i = 0; i < n_; ++i)
       for (index_t c = 0; c < d; ++c) b2a[static_cast<std::size_t>(c)] += alpha[i] * b2_[i * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
-    moecomp::detail::linear_abt<A, A>(ctx_, matrix_view<const A>(h_.data(), t, f, f), matrix_view<const A>(w2a_.data(), d, f, f),
-                                      matrix_view<A>(out_.data(), t, d, d));
+    moecomp::detail::gram_product<A>(ctx_, matrix_view<const A>(h_.data(), t, f, f), matrix_view<const A>(w2a_.data(), d, f, f),
+                                     matrix_view<A>(out_.data(), t, d, d));
     parallel_for(t, ctx_.threads(), [&](index_t row, int) {
       for (index_t c = 0; c < d; ++c) {
         const std::size_t k = static_cast<std::size_t>(row * d + c);
         r_.data()[k] = static_cast<A>(static_cast<double>(out_.data()[k]) + b2a[static_cast<std::size_t>(c)] - static_cast<double>(y_[k]));
       }
     });
-    const double loss = squared_error<A>(ctx_, r_.data(), nullptr, t, d) / static_cast<double>(t);
-    if (grad == nullptr) return loss;
+    forward_loss_ = squared_error<A>(ctx_, r_.data(), nullptr, t, d) / static_cast<double>(t);
+    forward_alpha_ = alpha;
+    forward_current_ = true;
+  }
+
+  /// The gradient at alpha from the forward's state (h_ is overwritten); returns the loss.
+  double gradient(const std::vector<double>& alpha, std::vector<double>* grad, double loss) {
+    const index_t t = t_, d = d_, f = f_;
     // M = R^T h (d x f) from the transposes, one GEMM over the tokens.
     transpose(r_.data(), t, d, rt_.data());
     transpose(h_.data(), t, f, ht_.data());
-    moecomp::detail::linear_abt<A, A>(ctx_, matrix_view<const A>(rt_.data(), d, t, t), matrix_view<const A>(ht_.data(), f, t, t),
-                                      matrix_view<A>(m_.data(), d, f, f));
+    moecomp::detail::gram_product<A>(ctx_, matrix_view<const A>(rt_.data(), d, t, t), matrix_view<const A>(ht_.data(), f, t, t),
+                                     matrix_view<A>(m_.data(), d, f, f));
     // G = R W2_a (t x f), then G * act'(a) * u (into g_) and G * act(a) (into h_, no longer needed).
     mix(alpha, w2t_.data(), w2ta_.data(), df());
-    moecomp::detail::linear_abt<A, A>(ctx_, matrix_view<const A>(r_.data(), t, d, d), matrix_view<const A>(w2ta_.data(), f, d, d),
-                                      matrix_view<A>(g_.data(), t, f, f));
+    moecomp::detail::gram_product<A>(ctx_, matrix_view<const A>(r_.data(), t, d, d), matrix_view<const A>(w2ta_.data(), f, d, d),
+                                     matrix_view<A>(g_.data(), t, f, f));
     parallel_for(t, ctx_.threads(), [&](index_t row, int) {
       for (index_t c = 0; c < f; ++c) {
         const std::size_t k = static_cast<std::size_t>(row * f + c);
@@ -476,7 +525,6 @@ class learned_problem {
     return loss;
   }
 
- private:
   std::size_t tf() const noexcept { return static_cast<std::size_t>(t_) * static_cast<std::size_t>(f_); }
   std::size_t td() const noexcept { return static_cast<std::size_t>(t_) * static_cast<std::size_t>(d_); }
   std::size_t df() const noexcept { return static_cast<std::size_t>(d_) * static_cast<std::size_t>(f_); }
@@ -515,6 +563,9 @@ class learned_problem {
   host_workspace<A> pre1_, pre3_, w2_, w2t_;
   std::vector<double> b2_;
   host_workspace<A> a_, u_, h_, out_, r_, rt_, ht_, g_, m_, w2a_, w2ta_;
+  std::vector<double> forward_alpha_;
+  double forward_loss_ = 0;
+  bool forward_current_ = false;
 };
 
 /// The outcome of one group's learning.
@@ -627,12 +678,13 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       tokens = cap_tokens(group_tokens<A>(data.x.rows(), routed ? &routes : nullptr, mem), params.token_cap,
                           params.seed, static_cast<std::uint64_t>(g));
     const auto t_count = static_cast<index_t>(tokens.size());
-    host_workspace<A> xg_store = have_x ? gather_rows<A>(ctx, data.x, tokens) : host_workspace<A>(ctx, 0);
-    const matrix_view<const A> xg(xg_store.data(), t_count, d, d);
+    const gathered_rows<A> xg_rows(ctx, have_x ? data.x : matrix_view<const A>(), tokens);
+    const matrix_view<const A> xg = xg_rows.view();
     gr.tokens = t_count;
     std::vector<double> c(n, 1.0 / static_cast<double>(n));  // in `ordered`'s order
     host_workspace<A> y(ctx, 0);
-    const bool need_target = have_x && t_count > 0;
+    const bool need_target =
+        have_x && t_count > 0 && (params.report_errors || params.method == merge_method::learned);
     if (need_target) y = group_target<W, A>(ctx, params.forward, experts, mem, xg, tokens, routed ? &routes : nullptr);
     switch (params.method) {
       case merge_method::average:
@@ -673,8 +725,8 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
             std::iota(matches[i].begin(), matches[i].end(), index_t(0));
           }
         } else {
-          const host_workspace<A> xf_store = gather_rows<A>(ctx, data.x, fd_tokens);
-          const matrix_view<const A> xf(xf_store.data(), tf, d, d);
+          const gathered_rows<A> xf_rows(ctx, data.x, fd_tokens);
+          const matrix_view<const A> xf = xf_rows.view();
           host_workspace<A> hidden(ctx, static_cast<std::size_t>(tf * d_ff));
           host_workspace<A> zd(ctx, static_cast<std::size_t>(tf * d_ff)), zj(ctx, static_cast<std::size_t>(tf * d_ff));
           const matrix_view<A> hv(hidden.data(), tf, d_ff, d_ff);
@@ -722,7 +774,7 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       }
     }
     // The merge error on the group's tokens.
-    if (need_target) {
+    if (need_target && params.report_errors) {
       host_workspace<A> ym(ctx, static_cast<std::size_t>(t_count * d));
       moe::ffn_forward<W>(ctx, params.forward, target.as_const(), xg, matrix_view<A>(ym.data(), t_count, d, d));
       const double num = squared_error<A>(ctx, y.data(), ym.data(), t_count, d);
