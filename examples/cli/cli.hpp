@@ -237,6 +237,29 @@ moecomp::io::npy_array read_operand(const std::string& path);
 /// A shape as numpy prints it: "(3, 4)", "(5,)".
 std::string shape_text(const std::vector<moecomp::index_t>& shape);
 
+/// load_float_stack of the file given to `option` (which must have been given), finite values required;
+/// errors name the option.
+template <class T>
+loaded_stack<T> load_stack_option(const arguments& args, const std::string& option, const std::string& axes) {
+  const std::string path = *args.value(option);
+  try {
+    return load_float_stack<T>(path, read_operand(path), /*require_finite=*/true, axes);
+  } catch (const usage_error& e) {
+    throw usage_error("option " + option + ": " + e.what());
+  }
+}
+
+/// load_float_matrix of the file given to `option` (which must have been given), finite values required.
+template <class T>
+moecomp::host_matrix<T> load_matrix_option(const arguments& args, const std::string& option) {
+  const std::string path = *args.value(option);
+  try {
+    return load_float_matrix<T>(path, read_operand(path), /*require_finite=*/true);
+  } catch (const usage_error& e) {
+    throw usage_error("option " + option + ": " + e.what());
+  }
+}
+
 /// Mixing weights from a --weights file: 1-D float32/float64 of k finite entries >= 0 summing to 1 (within
 /// 1e-6); `items` names what they weigh ("clouds", "histograms") in the messages.
 std::vector<double> load_weights(const std::string& path, moecomp::index_t k, const std::string& items);

@@ -12,26 +12,6 @@ namespace moecomp_cli {
 namespace {
 
 template <class T>
-loaded_stack<T> load_stack_option(const arguments& args, const std::string& option, const std::string& axes) {
-  const std::string path = *args.value(option);
-  try {
-    return load_float_stack<T>(path, read_operand(path), /*require_finite=*/true, axes);
-  } catch (const usage_error& e) {
-    throw usage_error("option " + option + ": " + e.what());
-  }
-}
-
-template <class T>
-moecomp::host_matrix<T> load_matrix_option(const arguments& args, const std::string& option) {
-  const std::string path = *args.value(option);
-  try {
-    return load_float_matrix<T>(path, read_operand(path), /*require_finite=*/true);
-  } catch (const usage_error& e) {
-    throw usage_error("option " + option + ": " + e.what());
-  }
-}
-
-template <class T>
 int run_features(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const std::string kind = args.value_or("--kind", "");

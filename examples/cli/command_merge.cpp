@@ -15,16 +15,6 @@
 namespace moecomp_cli {
 namespace {
 
-template <class T>
-loaded_stack<T> load_stack_option(const arguments& args, const std::string& option, const std::string& axes) {
-  const std::string path = *args.value(option);
-  try {
-    return load_float_stack<T>(path, read_operand(path), /*require_finite=*/true, axes);
-  } catch (const usage_error& e) {
-    throw usage_error("option " + option + ": " + e.what());
-  }
-}
-
 /// A 1-D int32 / int64 array given to `option`.
 std::vector<std::int64_t> load_ids(const std::string& option, const std::string& path) {
   const moecomp::io::npy_array a = read_operand(path);
@@ -107,16 +97,8 @@ int run_merge(const arguments& args, output_files& outputs) {
                                                                        : std::vector<double>();
   const std::vector<std::int64_t> dominants =
       args.value("--dominants") ? load_ids("--dominants", *args.value("--dominants")) : std::vector<std::int64_t>();
-  const auto load_matrix = [&](const std::string& option) {
-    const std::string path = *args.value(option);
-    try {
-      return load_float_matrix<T>(path, read_operand(path), /*require_finite=*/true);
-    } catch (const usage_error& e) {
-      throw usage_error("option " + option + ": " + e.what());
-    }
-  };
-  const host_matrix<T> x = args.value("--inputs") ? load_matrix("--inputs") : host_matrix<T>();
-  const host_matrix<T> router = args.value("--router") ? load_matrix("--router") : host_matrix<T>();
+  const host_matrix<T> x = args.value("--inputs") ? load_matrix_option<T>(args, "--inputs") : host_matrix<T>();
+  const host_matrix<T> router = args.value("--router") ? load_matrix_option<T>(args, "--router") : host_matrix<T>();
 
   const moe::ffn_expert_stack_view<T> experts{w1.view(), w3.view(), w2.view(), {}, {}, {}};
   const index_t e = w1.count, d = w1.cols, d_ff = w1.rows;
