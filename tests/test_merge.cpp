@@ -4,6 +4,7 @@
 // thread-count independence and the argument checks. The peer (numpy transcriptions of HC-SMoE's freq and
 // fix-dom-same, the fourth paper's router merge and the aligned average) is tests/peers/test_merge_numpy.py.
 #include <moecomp/merge/merge.hpp>
+#include <moecomp/core/detail/expert_gather.hpp>
 #include <moecomp/moe/ffn.hpp>
 #include <moecomp/moe/layer.hpp>
 #include <moecomp/core/host_buffer.hpp>
@@ -478,7 +479,9 @@ TEST_CASE("bad input is refused with a message naming the argument") {
   params.method = merge::merge_method::learned;
   CHECK(thrown_message([&] { run({0, 1, 0, 1}, {}, m); }).find("method learned needs calibration tokens x") != std::string::npos);
   params.method = merge::merge_method::uniform;
+  params.router = merge::router_rule::merged_rows;  // explicit: automatic keeps the id map without a router
   CHECK(thrown_message([&] { run({0, 1, 0, 1}, {}, m); }).find("router rule merged needs the router") != std::string::npos);
+  params.router = merge::router_rule::automatic;
   params.method = merge::merge_method::average;
   const std::vector<std::int64_t> dom{1, 1};
   data = {};
@@ -490,4 +493,27 @@ TEST_CASE("bad input is refused with a message naming the argument") {
   data.x = x.view();
   CHECK(thrown_message([&] { run({0, 1, 0, 1}, data, m); }).find("x must be tokens x 16") != std::string::npos);
   CHECK(thrown_message([] { merge::parse_merge_method("mean"); }).find("average, frequency, uniform") != std::string::npos);
+}
+
+TEST_CASE("the per-element weighted gather shared with the device: sum_i c_i src_i at the gathered neuron, in double") {
+  // Two 3 x 4 "W1" pieces (neurons are rows) and their permutations; the same as W2-like pieces (neurons are
+  // columns) and as b2 (no gather).
+  const std::vector<float> a{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, b{100, 101, 102, 103, 104, 105,
+                                                                     106, 107, 108, 109, 110, 111};
+  const std::vector<index_t> pa{2, 0, 1}, pb{1, 2, 0}, pc{3, 2, 1, 0};
+  moecomp::detail::gather_piece<float> piece;
+  piece.count = 2;
+  piece.stride = 4;
+  piece.src[0] = a.data();
+  piece.src[1] = b.data();
+  piece.coef[0] = 0.25;
+  piece.coef[1] = 0.75;
+  piece.perm[0] = pa.data();
+  piece.perm[1] = pb.data();
+  // Row 0, column 3: a(pa[0] = 2, 3) = 11, b(pb[0] = 1, 3) = 107.
+  CHECK(moecomp::detail::gathered_sum(piece, 0, 0, 3) == 0.25 * 11 + 0.75 * 107);
+  CHECK(moecomp::detail::gathered_sum(piece, -1, 2, 1) == 0.25 * 9 + 0.75 * 109);
+  piece.perm[0] = pc.data();
+  piece.perm[1] = nullptr;  // the identity
+  CHECK(moecomp::detail::gathered_sum(piece, 1, 1, 0) == 0.25 * 7 + 0.75 * 104);
 }

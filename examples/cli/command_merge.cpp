@@ -110,7 +110,7 @@ int run_merge(const arguments& args, output_files& outputs) {
   } catch (const invalid_argument& err) {
     throw usage_error(name_the_merge_option(err.what()));
   }
-  const merge::router_rule rule = merge::resolve_router_rule(params);
+  const merge::router_rule rule = merge::resolve_router_rule(params, router.rows() > 0);
   host_matrix<T> o1(g * d_ff, d), o3(w3.count ? g * d_ff : 0, d), o2(g * d, d_ff);
   host_matrix<T> merged_router(rule == merge::router_rule::id_map ? 0 : g, d);
   host_vector<std::int64_t> map(e);
@@ -206,7 +206,7 @@ const command_registration merge_registration{command{
       {"--router", true, "R.npy: the router, E x d (routes the tokens; merged by --router-rule merged|dominant)"},
       {"--dominants", true, "D.npy: each group's dominant expert, g entries (default: the most frequent member)"},
       {"--activation", true, "silu (default) | gelu | gelu_tanh | relu"},
-      {"--router-rule", true, "auto (default: merged for uniform/learned, dominant for dominant, else map) | map | "
+      {"--router-rule", true, "auto (default: with --router, merged for uniform/learned, dominant for dominant; else map) | map | "
                               "merged | dominant"},
       {"--top-k", true, "experts per token when routing the tokens (default 2)"},
       {"--frequency-top-k", true, "experts per token counted for the frequencies (default 2, HC-SMoE's)"},

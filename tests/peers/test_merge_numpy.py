@@ -146,6 +146,9 @@ def main():
             c.close(f"uniform group {g} w2", out["w2"][g], w2[m].mean(axis=0), 1e-12)
             c.close(f"uniform group {g} router row", out["router"][g], router[m].mean(axis=0), 1e-12)
         c.check("uniform: router.npy is g x d", out["router"].shape == (3, D), f"{out['router'].shape}")
+        out, s = c.merge("uniform_no_router", "uniform")
+        c.check("uniform without a router: the id map, no router.npy", out["router"] is None and s["router_rule"] == "map",
+                f"router_rule {s['router_rule']}")
 
         # dominant: the most frequent member and its router row, exactly.
         out, s = c.merge("dominant", "dominant", "--router", c.path("router.npy"), "--frequencies", c.path("freq.npy"))
@@ -237,7 +240,8 @@ def main():
         c.expect_directory_error("learned without inputs", base + g + ["--method", "learned", "--router", c.path("router.npy")],
                                  "--inputs", "learned")
         c.expect_directory_error("unknown method", base + g + ["--method", "mean"], "--method", "average, frequency")
-        c.expect_directory_error("uniform without router", base + g + ["--method", "uniform"], "--router")
+        c.expect_directory_error("router rule merged without router", base + g + ["--method", "uniform", "--router-rule",
+                                 "merged"], "--router")
         print(f"{c.checks - c.failures} of {c.checks} checks passed")
         return 1 if c.failures else 0
 

@@ -107,7 +107,7 @@ merge_report merge_experts(const host_context& ctx, const merge_params& params,
   const index_t g = detail::checked_group_count(fn, groups, experts.experts());
   detail::check_merge_params(fn, params, experts.experts());
   detail::check_merge_data(fn, params, data, experts.experts(), g, experts.d_model(), groups);
-  detail::check_merge_outputs(fn, experts, out, g, resolve_router_rule(params));
+  detail::check_merge_outputs(fn, experts, out, g, resolve_router_rule(params, !data.router.empty()));
   return detail::merge_experts_host<W>(ctx, params, experts, groups, g, data, out);
 }
 

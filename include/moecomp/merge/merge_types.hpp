@@ -63,8 +63,8 @@ inline merge_method parse_merge_method(std::string_view name) {
 ///   merged_rows   the fourth paper: group g's router row = sum over its members of the merge's coefficient
 ///                 times the member's row, giving g rows;
 ///   dominant_row  M-SMoE: group g's router row = its dominant expert's row;
-///   automatic     merged_rows for uniform and learned, dominant_row for dominant, id_map otherwise
-///                 (resolve_router_rule).
+///   automatic     with a router: merged_rows for uniform and learned, dominant_row for dominant, id_map
+///                 otherwise; without a router: id_map (resolve_router_rule).
 enum class router_rule { automatic, id_map, merged_rows, dominant_row };
 
 inline const char* to_string(router_rule r) noexcept {
@@ -116,9 +116,11 @@ struct merge_params {
   bool report_errors = true;
 };
 
-/// The router rule a call with these params applies (never automatic).
-inline router_rule resolve_router_rule(const merge_params& params) noexcept {
+/// The router rule a call with these params applies (never automatic); has_router: whether the call's data
+/// holds a router (automatic keeps the id map without one).
+inline router_rule resolve_router_rule(const merge_params& params, bool has_router) noexcept {
   if (params.router != router_rule::automatic) return params.router;
+  if (!has_router) return router_rule::id_map;
   switch (params.method) {
     case merge_method::uniform:
     case merge_method::learned: return router_rule::merged_rows;

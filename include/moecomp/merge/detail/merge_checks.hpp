@@ -97,7 +97,7 @@ void check_merge_data(const char* fn, const merge_params& params, const merge_da
   const bool has_f = !data.frequencies.empty() || (!data.router.empty() && !data.x.empty());
   MOECOMP_EXPECTS(!needs_f || has_f || (m == merge_method::dominant && !data.dominants.empty()), fn, ": method ",
                   to_string(m), " needs frequencies (or a router and x to count them), got none");
-  const router_rule rule = resolve_router_rule(params);
+  const router_rule rule = resolve_router_rule(params, !data.router.empty());
   MOECOMP_EXPECTS(rule == router_rule::id_map || !data.router.empty(), fn, ": router rule ", to_string(rule),
                   " needs the router, got none");
 }

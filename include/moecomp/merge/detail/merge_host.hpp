@@ -643,7 +643,7 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
   const std::vector<std::vector<index_t>> members = group_members(labels, group_count);
   merge_report report;
   report.method = params.method;
-  report.router = resolve_router_rule(params);
+  report.router = resolve_router_rule(params, !data.router.empty());
   report.coefficients.assign(static_cast<std::size_t>(e_count), 0.0);
   report.groups.resize(static_cast<std::size_t>(group_count));
   report.criterion = 0;
@@ -692,7 +692,9 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       case merge_method::frequency: {
         double total = 0;
         for (index_t e : mem) total += freq[static_cast<std::size_t>(e)];
-        for (std::size_t i = 0; i < n; ++i) c[i] = freq[static_cast<std::size_t>(ordered[i])] / (total + params.frequency_epsilon);
+        const double denominator = total + params.frequency_epsilon;  // 0 only with epsilon 0: the zero expert
+        for (std::size_t i = 0; i < n; ++i)
+          c[i] = denominator > 0 ? freq[static_cast<std::size_t>(ordered[i])] / denominator : 0.0;
         weighted_merge<W>(ctx, experts, ordered, c, {}, target);
         break;
       }
@@ -704,7 +706,13 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       case merge_method::aligned: {
         std::vector<std::vector<index_t>> perms(n, std::vector<index_t>(static_cast<std::size_t>(d_ff)));
         std::iota(perms[0].begin(), perms[0].end(), index_t(0));
+        // The correlation objective needs two tokens; a group with fewer keeps the identity (a plain mean).
+        const bool can_align = params.align.objective != align::align_objective::correlation || t_count >= 2;
         for (std::size_t i = 1; i < n; ++i) {
+          if (!can_align) {
+            std::iota(perms[i].begin(), perms[i].end(), index_t(0));
+            continue;
+          }
           const align::align_result r =
               align::align_experts<W>(ctx, params.align, experts.expert(dom), experts.expert(ordered[i]), xg,
                                       vector_view<index_t>(perms[i].data(), d_ff));
