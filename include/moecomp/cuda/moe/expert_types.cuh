@@ -24,6 +24,18 @@ struct ffn_expert_device_view {
   bool gated() const noexcept { return !w3.empty(); }
 };
 
+/// One expert's writable device storage (merging's and permute_neurons' output): the device twin of
+/// ffn_expert_mutable_view.
+template <class W>
+struct ffn_expert_device_mutable_view {
+  matrix_view<W, device_memory> w1, w3, w2;
+  vector_view<W, device_memory> b1, b3, b2;
+  index_t d_model() const noexcept { return w1.cols(); }
+  index_t d_ff() const noexcept { return w1.rows(); }
+  bool gated() const noexcept { return !w3.empty(); }
+  ffn_expert_device_view<W> as_const() const noexcept { return {w1, w3, w2, b1, b3, b2}; }
+};
+
 /// E experts in device memory: the device twin of ffn_expert_stack_view.
 template <class W>
 struct ffn_expert_stack_device_view {
