@@ -28,26 +28,19 @@ import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import sklearn  # noqa: E402
 from sklearn.cluster import KMeans  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_timing import timed  # noqa: E402
+
 try:
     import faiss  # noqa: E402
 except ImportError:  # reported in the table
     faiss = None
-
-
-def best_of(repeat, f):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def main():
@@ -68,9 +61,9 @@ def main():
 
     # GEMM floor: the assignment's 2 n k d flops at numpy's sgemm rate on these shapes.
     ct = np.ascontiguousarray(c0.T)
-    t_gemm, _ = best_of(5, lambda: x @ ct)
+    t_gemm, _ = timed(lambda: x @ ct, 5)
     big_a = rng.standard_normal((2048, 2048)).astype(np.float32)
-    t_big, _ = best_of(3, lambda: big_a @ big_a)
+    t_big, _ = timed(lambda: big_a @ big_a, 3)
     sgemm = 2 * 2048 ** 3 / t_big
     floor = 2 * n * k * d / sgemm
 
@@ -92,7 +85,7 @@ def main():
         iterations = summary["iterations"]
 
     ref = KMeans(n_clusters=k, init=c0, n_init=1, max_iter=it, tol=0.0, algorithm="lloyd")
-    t_sk, _ = best_of(a.repeat, lambda: ref.fit(x))
+    t_sk, _ = timed(lambda: ref.fit(x), a.repeat)
     differing = int((labels != ref.labels_).sum())
     inertia_rel = abs(summary["inertia"] - ref.inertia_) / ref.inertia_
 
@@ -107,7 +100,7 @@ def main():
             km.train(x, init_centroids=c0)
             return km
 
-        t_fa, km = best_of(a.repeat, faiss_fit)
+        t_fa, km = timed(faiss_fit, a.repeat)
         _, fl = km.index.search(x, 1)
         rows.append((f"faiss {faiss.__version__} Kmeans", t_fa / it,
                      f"{(fl[:, 0] == labels).mean() * 100:.1f}% labels equal (faiss: own centre update)"))

@@ -68,14 +68,18 @@ token_routes<A> route_tokens(const host_context& ctx, matrix_view<const A> x, ma
 
 /// f_e = (times e is among a token's top-k) / (tokens x k): HC-SMoE's usage frequencies, summing to 1.
 template <class A>
+void count_frequencies(const token_routes<A>& r, index_t experts, vector_view<double> f) {
+  std::vector<std::int64_t> count(static_cast<std::size_t>(experts), 0);
+  for (std::int64_t id : r.ids)
+    if (id >= 0 && id < experts) ++count[static_cast<std::size_t>(id)];
+  const double total = static_cast<double>(r.tokens * r.k);
+  for (index_t e = 0; e < experts; ++e) f[e] = total > 0 ? static_cast<double>(count[static_cast<std::size_t>(e)]) / total : 0.0;
+}
+
+template <class A>
 void routing_frequencies_host(const host_context& ctx, index_t k, matrix_view<const A> x, matrix_view<const A> router,
                               vector_view<double> f) {
-  const token_routes<A> r = route_tokens<A>(ctx, x, router, k);
-  std::vector<std::int64_t> count(static_cast<std::size_t>(router.rows()), 0);
-  for (std::int64_t id : r.ids)
-    if (id >= 0 && id < router.rows()) ++count[static_cast<std::size_t>(id)];
-  const double total = static_cast<double>(x.rows() * k);
-  for (index_t e = 0; e < router.rows(); ++e) f[e] = total > 0 ? static_cast<double>(count[static_cast<std::size_t>(e)]) / total : 0.0;
+  count_frequencies(route_tokens<A>(ctx, x, router, k), router.rows(), f);
 }
 
 /// Each group's members in ascending expert order.
@@ -151,9 +155,9 @@ template <class A>
 class gathered_rows {
  public:
   gathered_rows(const host_context& ctx, matrix_view<const A> x, const std::vector<index_t>& rows)
-      : copy_(ctx, is_all(x, rows) ? 0 : rows.size() * static_cast<std::size_t>(x.cols())) {
+      : all_(is_all(x, rows)), copy_(ctx, all_ ? 0 : rows.size() * static_cast<std::size_t>(x.cols())) {
     const auto n = static_cast<index_t>(rows.size());
-    if (is_all(x, rows)) {
+    if (all_) {
       view_ = x;
       return;
     }
@@ -172,6 +176,7 @@ class gathered_rows {
       if (rows[i] != static_cast<index_t>(i)) return false;
     return true;
   }
+  bool all_;
   host_workspace<A> copy_;
   matrix_view<const A> view_;
 };
@@ -656,8 +661,12 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
     freq.assign(data.frequencies.data(), data.frequencies.data() + e_count);
   } else if (routed) {
     freq.resize(static_cast<std::size_t>(e_count));
-    routing_frequencies_host<A>(ctx, params.frequency_top_k, data.x, data.router,
-                                vector_view<double>(freq.data(), e_count));
+    const vector_view<double> f(freq.data(), e_count);
+    if (params.frequency_top_k == params.routing_top_k) {
+      count_frequencies(routes, e_count, f);  // the tokens are routed already
+    } else {
+      routing_frequencies_host<A>(ctx, params.frequency_top_k, data.x, data.router, f);
+    }
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (index_t g = 0; g < group_count; ++g) {
