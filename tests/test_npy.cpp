@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "test_files.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -31,46 +33,15 @@ using moecomp::index_t;
 using moecomp::io::npy_array;
 using moecomp::io::npy_dtype;
 namespace io = moecomp::io;
+using moecomp_test::read_file;
+using moecomp_test::run_python;
+using moecomp_test::temp_dir;
+using moecomp_test::write_file;
+using moecomp_test::skip_without_peer;
 
 namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& tag) {
-#if defined(MOECOMP_TEST_POSIX)
-    const std::string unique = std::to_string(::getpid());
-#else
-    const std::string unique = "0";
-#endif
-    path = fs::temp_directory_path() / ("moecomp_test_npy_" + tag + "_" + unique);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path)) names.push_back(entry.path().filename().string());
-    return names;
-  }
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Raw little-endian bytes of values (the tests run on little-endian hosts; checked below).
 template <class T>
@@ -766,38 +737,7 @@ TEST_CASE("write_npy: atomic replacement") {
 
 namespace {
 
-std::string peer_python() {
-  const char* configured = std::getenv("MOECOMP_PEER_PYTHON");
-  return configured != nullptr && *configured != '\0' ? configured : "/usr/bin/python3";
-}
-bool peers_required() {
-  const char* required = std::getenv("MOECOMP_REQUIRE_PEERS");
-  return required != nullptr && std::string(required) == "1";
-}
-
-// Runs `script` with the directory as argv[1]; returns the exit code (77: numpy missing) and the log.
-int run_python(const temp_dir& dir, const std::string& script, std::string& log) {
-  const std::string script_path = dir.file("script.py");
-  write_file(script_path, script);
-  const std::string log_path = dir.file("python.log");
-  const std::string command = "\"" + peer_python() + "\" \"" + script_path + "\" \"" + dir.path.string() + "\" > \"" +
-                              log_path + "\" 2>&1";
-  const int status = std::system(command.c_str());
-  log = read_file(log_path);
-#if defined(MOECOMP_TEST_POSIX)
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-#else
-  return status;
-#endif
-}
-
-// 77: the script found no numpy; 127: the shell found no interpreter.
-bool skip_without_numpy(int code, const std::string& log) {
-  if (code != 77 && code != 127) return false;
-  if (peers_required()) FAIL("numpy is required (MOECOMP_REQUIRE_PEERS=1) but not importable by " << peer_python() << ": " << log);
-  MESSAGE("numpy is not importable by " << peer_python() << ": the NumPy cross-checks are skipped");
-  return true;
-}
+bool skip_without_numpy(int code, const std::string& log) { return skip_without_peer(code, log, "numpy"); }
 
 const char* numpy_prelude = R"PY(
 import sys

@@ -1,9 +1,9 @@
 #pragma once
-// 16-bit floating-point storage types usable in plain host C++ (no CUDA headers): bfloat16 and half
-// (IEEE binary16). They store bits and convert to and from float with round-to-nearest-even; arithmetic
-// is done by converting to float (moecomp accumulates half-precision data in float). Both are standard
-// layout, trivially copyable and 2 bytes, so device buffers of __nv_bfloat16 / __half can be viewed as
-// bfloat16 / half and back without copies.
+// Floating-point storage types usable in plain host C++ (no CUDA headers): bfloat16 and half (IEEE
+// binary16) store bits and convert to and from float with round-to-nearest-even; arithmetic is done by
+// converting to float (moecomp accumulates half-precision data in float). Both are standard layout,
+// trivially copyable and 2 bytes, so device buffers of __nv_bfloat16 / __half can be viewed as bfloat16 /
+// half and back without copies. float8_e4m3 and float8_e5m2, the FP8 formats of checkpoints, only decode.
 #include <moecomp/core/config.hpp>
 
 #include <cstdint>
@@ -102,8 +102,51 @@ struct half {
   }
 };
 
+/// float8_e4m3: the OCP FP8 E4M3 format as torch's float8_e4m3fn and safetensors' F8_E4M3 store it: 1 sign,
+/// 4 exponent (bias 7), 3 mantissa bits, subnormals, no infinity; S.1111.111 is NaN; the largest value is 448.
+/// Storage only: it converts to float exactly (every value is a float), not from it.
+struct float8_e4m3 {
+  std::uint8_t bits = 0;
+
+  MOECOMP_HOST_DEVICE static float8_e4m3 from_bits(std::uint8_t b) noexcept {
+    float8_e4m3 f;
+    f.bits = b;
+    return f;
+  }
+  MOECOMP_HOST_DEVICE explicit operator float() const noexcept { return to_float(bits); }
+  MOECOMP_HOST_DEVICE static float to_float(std::uint8_t b) noexcept {
+    const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
+    const std::uint32_t exponent = (b >> 3) & 0xfu;
+    const std::uint32_t mantissa = b & 0x7u;
+    if (exponent == 0xfu && mantissa == 0x7u) return detail::bits_float(sign | 0x7fc00000u);  // NaN
+    if (exponent != 0) return detail::bits_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+    // zero or subnormal: mantissa * 2^-9, exact in float
+    return detail::bits_float(sign | detail::float_bits(static_cast<float>(mantissa) * 0.001953125f));
+  }
+};
+
+/// float8_e5m2: the OCP FP8 E5M2 format (torch's float8_e5m2, safetensors' F8_E5M2): 1 sign, 5 exponent
+/// (bias 15), 2 mantissa bits, subnormals, infinities and NaNs as in IEEE 754; the largest finite value is
+/// 57344. Storage only: it converts to float exactly, not from it.
+struct float8_e5m2 {
+  std::uint8_t bits = 0;
+
+  MOECOMP_HOST_DEVICE static float8_e5m2 from_bits(std::uint8_t b) noexcept {
+    float8_e5m2 f;
+    f.bits = b;
+    return f;
+  }
+  MOECOMP_HOST_DEVICE explicit operator float() const noexcept { return to_float(bits); }
+  /// E5M2 is the upper byte of an IEEE binary16, so the conversion is half's.
+  MOECOMP_HOST_DEVICE static float to_float(std::uint8_t b) noexcept {
+    return half::to_float(static_cast<std::uint16_t>(static_cast<std::uint16_t>(b) << 8));
+  }
+};
+
 static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16> && std::is_standard_layout_v<bfloat16>);
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half> && std::is_standard_layout_v<half>);
+static_assert(sizeof(float8_e4m3) == 1 && std::is_trivially_copyable_v<float8_e4m3>);
+static_assert(sizeof(float8_e5m2) == 1 && std::is_trivially_copyable_v<float8_e5m2>);
 
 namespace detail {
 /// The element types of weights: float, double, bfloat16 or half (const or not).
