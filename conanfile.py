@@ -3,7 +3,7 @@
 The package is what `cmake --install` of this repository produces (headers under include/moecomp, the
 licence), less the CMake package files under share/cmake: with Conan, CMakeDeps writes the consumer's
 moecomp-config.cmake from package_info() below, with the same file name and target names
-(moecomp::moecomp, and moecomp::openmp / moecomp::cuda when the options ask for them).
+(moecomp::moecomp, and moecomp::openmp / moecomp::cuda / moecomp::safetensors when the options ask for them).
 
     conan create .                       # builds the package and runs tests/consumer/cpu against it
     conan create . -o "moecomp/*:cuda=True"
@@ -60,8 +60,8 @@ class MoecompConan(ConanFile):
               "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"cuda": [True, False], "openmp": [True, False]}
-    default_options = {"cuda": False, "openmp": False}
+    options = {"cuda": [True, False], "openmp": [True, False], "safetensors": [True, False]}
+    default_options = {"cuda": False, "openmp": False, "safetensors": False}
     exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*"
     no_copy_source = True
     test_package_folder = "tests/consumer/cpu"
@@ -80,6 +80,9 @@ class MoecompConan(ConanFile):
     def requirements(self):
         # Public headers include Eigen, so consumers need its headers too.
         self.requires("eigen/3.4.0", transitive_headers=True)
+        if self.options.safetensors:
+            # <moecomp/io/safetensors.hpp> includes <nlohmann/json.hpp>.
+            self.requires("nlohmann_json/3.11.3", transitive_headers=True)
 
     def package_id(self):
         self.info.clear()
@@ -139,6 +142,13 @@ class MoecompConan(ConanFile):
             openmp.bindirs = []
             openmp.libdirs = []
             build_modules.append(os.path.join(_MODULES_DIR, "moecomp-openmp.cmake"))
+        if self.options.safetensors:
+            safetensors = self.cpp_info.components["safetensors"]
+            safetensors.set_property("cmake_target_name", "moecomp::safetensors")
+            safetensors.requires = ["core", "nlohmann_json::nlohmann_json"]
+            safetensors.includedirs = []
+            safetensors.bindirs = []
+            safetensors.libdirs = []
         if self.options.cuda:
             cuda = self.cpp_info.components["cuda"]
             cuda.set_property("cmake_target_name", "moecomp::cuda")

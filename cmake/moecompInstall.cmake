@@ -7,10 +7,12 @@
 #   share/cmake/moecomp/moecompTargets.cmake      moecomp::moecomp (Eigen3::Eigen)
 #   share/cmake/moecomp/moecompOpenMPTargets.cmake  moecomp::openmp (OpenMP::OpenMP_CXX), loaded on request
 #   share/cmake/moecomp/moecompCudaTargets.cmake    moecomp::cuda (CUDA::cudart, CUDA::cublas), loaded on request
+#   share/cmake/moecomp/moecompSafetensorsTargets.cmake  moecomp::safetensors (nlohmann_json), loaded on request
 #   share/doc/moecomp/LICENSE
 #
-# The optional targets live in export sets of their own so that the base package never names an OpenMP
-# or CUDA target: a consumer that asks for no component never looks for either (see moecompConfig.cmake.in).
+# The optional targets live in export sets of their own so that the base package never names an OpenMP,
+# CUDA or nlohmann-json target: a consumer that asks for no component never looks for any of them (see
+# moecompConfig.cmake.in).
 
 include(CMakePackageConfigHelpers)
 
@@ -36,7 +38,8 @@ endif()
 install(TARGETS moecomp EXPORT moecompTargets COMPONENT ${_moecomp_component})
 install(TARGETS moecomp_openmp EXPORT moecompOpenMPTargets COMPONENT ${_moecomp_component})
 install(TARGETS moecomp_cuda EXPORT moecompCudaTargets COMPONENT ${_moecomp_component})
-foreach(_moecomp_export IN ITEMS moecompTargets moecompOpenMPTargets moecompCudaTargets)
+install(TARGETS moecomp_safetensors EXPORT moecompSafetensorsTargets COMPONENT ${_moecomp_component})
+foreach(_moecomp_export IN ITEMS moecompTargets moecompOpenMPTargets moecompCudaTargets moecompSafetensorsTargets)
   install(EXPORT ${_moecomp_export} NAMESPACE moecomp:: DESTINATION "${MOECOMP_INSTALL_CMAKEDIR}"
           FILE ${_moecomp_export}.cmake COMPONENT ${_moecomp_component})
 endforeach()
@@ -62,6 +65,8 @@ cmake_language(DEFER DIRECTORY "${PROJECT_SOURCE_DIR}"
                CALL _moecomp_complete_installed_links moecomp_openmp OpenMP::OpenMP_CXX)
 cmake_language(DEFER DIRECTORY "${PROJECT_SOURCE_DIR}"
                CALL _moecomp_complete_installed_links moecomp_cuda CUDA::cudart CUDA::cublas)
+cmake_language(DEFER DIRECTORY "${PROJECT_SOURCE_DIR}"
+               CALL _moecomp_complete_installed_links moecomp_safetensors nlohmann_json::nlohmann_json)
 
 # 0.x: every minor release may change the API, so only the same major.minor (with a patch >= the one
 # asked for) is compatible. From 1.0 on this becomes SameMajorVersion.
