@@ -62,7 +62,7 @@ class MoecompConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     options = {"cuda": [True, False], "openmp": [True, False], "safetensors": [True, False]}
     default_options = {"cuda": False, "openmp": False, "safetensors": False}
-    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*"
+    exports_sources = "CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "layouts/*"
     no_copy_source = True
     test_package_folder = "tests/consumer/cpu"
 

@@ -2,6 +2,7 @@
 #
 # What gets installed (header-only, so the same files on every platform):
 #   include/moecomp/**.hpp, **.cuh                the headers
+#   share/moecomp/layouts/*.json                  the checkpoint layouts (<moecomp/model/layout.hpp>)
 #   share/cmake/moecomp/moecompConfig.cmake       find_package(moecomp CONFIG [COMPONENTS cuda openmp])
 #   share/cmake/moecomp/moecompConfigVersion.cmake
 #   share/cmake/moecomp/moecompTargets.cmake      moecomp::moecomp (Eigen3::Eigen)
@@ -31,6 +32,9 @@ set(_moecomp_component moecomp_development)
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/moecomp" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
         COMPONENT ${_moecomp_component} FILES_MATCHING PATTERN "*.hpp" PATTERN "*.cuh")
+# The checkpoint layouts (data read by <moecomp/model/layout.hpp> and `moecomp compress`).
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/layouts/" DESTINATION "${CMAKE_INSTALL_DATADIR}/moecomp/layouts"
+        COMPONENT ${_moecomp_component} FILES_MATCHING PATTERN "*.json")
 if(EXISTS "${PROJECT_SOURCE_DIR}/LICENSE")
   install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DOCDIR}" COMPONENT ${_moecomp_component})
 endif()

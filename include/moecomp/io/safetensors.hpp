@@ -103,6 +103,19 @@ class safetensors_tensor {
     MOECOMP_EXPECTS(out != nullptr || count == 0, "safetensors_tensor::convert_into: out must not be null");
     detail::convert_safetensors_elements(dtype(), data_, static_cast<std::size_t>(count), out);
   }
+  /// Elements [first, first + count) in C order, converted to T: a piece of a tensor, such as one expert's
+  /// matrix of a fused 3-D stack.
+  template <class T>
+  void convert_into(T* out, index_t count, index_t first) const {
+    static_assert(is_safetensors_conversion_target_v<T>,
+                  "safetensors_tensor::convert_into: T must be float, double, bfloat16 or half");
+    MOECOMP_EXPECTS(first >= 0 && count >= 0 && first <= size() && count <= size() - first,
+                    "safetensors_tensor::convert_into: [first, first + count) must lie in the ", size(),
+                    " elements of tensor '", name(), "', got first ", first, " and count ", count);
+    MOECOMP_EXPECTS(out != nullptr || count == 0, "safetensors_tensor::convert_into: out must not be null");
+    detail::convert_safetensors_elements(dtype(), data_ + static_cast<std::size_t>(first) * item_size(dtype()),
+                                         static_cast<std::size_t>(count), out);
+  }
   /// The elements of a 2-D tensor converted to T; other ndim are refused with invalid_argument.
   template <class T>
   host_matrix<T> to_matrix() const {

@@ -1,0 +1,448 @@
+#pragma once
+// Checkpoint layouts: from a Hugging Face checkpoint's config.json and tensor names to moecomp's MoE layers,
+// with the mapping kept as data (layouts/*.json, one file per family) rather than code. Needs nlohmann-json
+// (link moecomp::safetensors). Documentation: docs/compress.md, "Checkpoint layouts".
+//
+//   auto layouts = model::read_checkpoint_layouts("layouts");              // every *.json
+//   io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir);
+//   model::moe_model m = model::describe_moe_model(layouts, read_text(dir + "/config.json"), c);
+//   model::moe_layer_weights<float> w = model::load_moe_layer<float>(c, m, 0);  // one layer, converted
+//   moe::ffn_expert_stack_view<float> experts = w.experts();                     // E x I x H stacks
+//
+// describe_moe_model picks the layout by config.json's model_type and, among the layouts of that type, the
+// first whose tensors the checkpoint has. It checks every MoE layer's names and shapes against the config,
+// reading headers only. An unknown model_type, a checkpoint that no layout of its type fits, a config that
+// lacks a key the layout needs, and a tensor of the wrong shape are io_errors naming what is missing.
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/io/safetensors.hpp>
+#include <moecomp/model/layout_types.hpp>
+#include <moecomp/moe/ffn_types.hpp>
+#include <moecomp/model/detail/layout_parse.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace model {
+
+/// Parses one layout file's text; `source` names it in messages. io_error for anything malformed (unknown
+/// keys and fields included, so that a typo is not silently ignored).
+inline checkpoint_layout parse_checkpoint_layout(const std::string& text, const std::string& source = "<memory>") {
+  return detail::parse_layout(text, source);
+}
+
+/// The whole text of a file; io_error naming it when it cannot be read.
+inline std::string read_text_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) MOECOMP_FAIL(error_kind::io_error, "read_text_file: cannot open '", path, "'");
+  std::string text;
+  char chunk[1 << 14];
+  for (;;) {
+    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file);
+    text.append(chunk, got);
+    if (got < sizeof chunk) break;
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) MOECOMP_FAIL(error_kind::io_error, "read_text_file: cannot read '", path, "'");
+  return text;
+}
+
+/// Every *.json of `directory`, parsed, in file-name order. io_error when the directory has none.
+inline std::vector<checkpoint_layout> read_checkpoint_layouts(const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec))
+    MOECOMP_FAIL(error_kind::io_error, "read_checkpoint_layouts: '", directory, "' is not a directory");
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(directory, ec))
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) MOECOMP_FAIL(error_kind::io_error, "read_checkpoint_layouts: '", directory, "' has no *.json layout");
+  std::vector<checkpoint_layout> layouts;
+  for (const std::string& f : files) layouts.push_back(parse_checkpoint_layout(read_text_file(f), f));
+  return layouts;
+}
+
+/// moecomp's activation for a config's hidden_act (Hugging Face's ACT2FN names): silu/swish, gelu,
+/// gelu_new/gelu_pytorch_tanh/gelu_fast (tanh approximations), relu; nullopt for any other.
+inline std::optional<moe::activation> activation_from_config(const std::string& name) {
+  if (name == "silu" || name == "swish") return moe::activation::silu;
+  if (name == "gelu") return moe::activation::gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast" || name == "gelu_tanh")
+    return moe::activation::gelu_tanh;
+  if (name == "relu") return moe::activation::relu;
+  return std::nullopt;
+}
+
+namespace detail {
+
+/// Reads a layout's fields from a config: the mapped key, else the layout's default.
+class config_reader {
+ public:
+  config_reader(const nlohmann::json& config, const checkpoint_layout& layout, const std::string& source)
+      : config_(config), layout_(layout), source_(source) {}
+
+  std::optional<nlohmann::json> field(const char* name) const {
+    const auto key = layout_.config.find(name);
+    if (key != layout_.config.end()) {
+      const auto it = config_.find(key->second);
+      if (it != config_.end() && !it->is_null()) return *it;
+    }
+    const auto fallback = layout_.defaults.find(name);
+    if (fallback != layout_.defaults.end()) return nlohmann::json::parse(fallback->second, nullptr, false);
+    return std::nullopt;
+  }
+  [[noreturn]] void lacks(const char* name) const {
+    const auto key = layout_.config.find(name);
+    if (key == layout_.config.end())
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: the ", layout_.family, " layout ('", layout_.source,
+                   "') maps no config key to ", name, " and gives no default");
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", source_, "' lacks \"", key->second, "\" (the ",
+                 layout_.family, " layout's ", name, ")");
+  }
+  index_t integer(const char* name, std::optional<index_t> otherwise = std::nullopt) const {
+    const auto value = field(name);
+    if (!value) {
+      if (otherwise) return *otherwise;
+      lacks(name);
+    }
+    return checked_integer(*value, describe(name));
+  }
+  bool boolean(const char* name) const {
+    const auto value = field(name);
+    if (!value) lacks(name);
+    if (!value->is_boolean()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", describe(name), " must be true or false");
+    return value->get<bool>();
+  }
+  std::string text(const char* name) const {
+    const auto value = field(name);
+    if (!value) lacks(name);
+    if (!value->is_string()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", describe(name), " must be a string");
+    return value->get<std::string>();
+  }
+  double number(const char* name) const {
+    const auto value = field(name);
+    if (!value) lacks(name);
+    if (!value->is_number()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", describe(name), " must be a number");
+    return value->get<double>();
+  }
+  /// A config key read directly (the sparse-layer rules' keys).
+  index_t config_integer(const std::string& key, index_t otherwise) const {
+    const auto it = config_.find(key);
+    if (key.empty() || it == config_.end() || it->is_null()) return otherwise;
+    return checked_integer(*it, "config '" + source_ + "' key \"" + key + "\"");
+  }
+  std::vector<index_t> config_list(const std::string& key) const {
+    std::vector<index_t> values;
+    const auto it = config_.find(key);
+    if (key.empty() || it == config_.end() || it->is_null()) return values;
+    if (!it->is_array()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", source_, "' key \"", key, "\" must be a list");
+    for (const auto& v : *it) values.push_back(checked_integer(v, "config '" + source_ + "' key \"" + key + "\""));
+    return values;
+  }
+
+ private:
+  std::string describe(const char* name) const {
+    const auto key = layout_.config.find(name);
+    return key == layout_.config.end() ? std::string("the default of ") + name
+                                       : "config '" + source_ + "' key \"" + key->second + "\"";
+  }
+  static index_t checked_integer(const nlohmann::json& value, const std::string& what) {
+    if (!value.is_number_integer() || (value.is_number_integer() && !value.is_number_unsigned() && value.get<std::int64_t>() < 0))
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", what, " must be a non-negative integer, got ", value.dump());
+    const auto v = value.get<std::uint64_t>();
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max()))
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", what, " is too large: ", v);
+    return static_cast<index_t>(v);
+  }
+
+  const nlohmann::json& config_;
+  const checkpoint_layout& layout_;
+  const std::string& source_;
+};
+
+inline std::string shape_text(const std::vector<index_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+/// The shape of `name`, required to be `want`; -1 in `want` matches any extent.
+inline void expect_shape(const io::safetensors_checkpoint& c, const std::string& name, const std::vector<index_t>& want,
+                         const char* what) {
+  const auto& got = c.info(name).shape;
+  bool match = got.size() == want.size();
+  for (std::size_t i = 0; match && i < got.size(); ++i) match = want[i] < 0 || got[i] == want[i];
+  if (!match)
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", name, "' (", what, ") must have the shape ",
+                 shape_text(want), ", got ", shape_text(got));
+}
+
+/// The layout's names for one layer; the first name the checkpoint lacks goes to `missing`.
+inline moe_layer_names layer_names(const checkpoint_layout& layout, const layout_stack& stack, index_t layer,
+                                   index_t experts) {
+  const std::string prefix = substitute(stack.prefix, "layer", layer);
+  auto full = [&prefix](const std::string& relative) { return relative.empty() ? std::string() : prefix + relative; };
+  moe_layer_names n;
+  n.stack = stack.name;
+  n.layer = layer;
+  n.router = full(layout.router_weight);
+  n.router_bias = full(layout.router_bias);
+  n.correction_bias = full(layout.router_correction_bias);
+  if (layout.fused()) {
+    n.gate_up = full(layout.expert_gate_up);
+    n.fused_down = full(layout.expert_down);
+  } else {
+    for (index_t e = 0; e < experts; ++e) {
+      n.gate.push_back(full(substitute(layout.expert_gate, "expert", e)));
+      if (!layout.expert_up.empty()) n.up.push_back(full(substitute(layout.expert_up, "expert", e)));
+      n.down.push_back(full(substitute(layout.expert_down, "expert", e)));
+    }
+  }
+  n.shared_gate = full(layout.shared_gate);
+  n.shared_up = full(layout.shared_up);
+  n.shared_down = full(layout.shared_down);
+  n.shared_gate_weight = full(layout.shared_gate_weight);
+  return n;
+}
+
+/// Resolves `layout` against a config and a checkpoint; nullopt (with `missing` set) when the checkpoint
+/// lacks one of the layout's required tensors, so that the next layout of the model type can be tried.
+inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const nlohmann::json& config,
+                                        const std::string& config_source, const io::safetensors_checkpoint& c,
+                                        std::string& missing) {
+  const config_reader read(config, layout, config_source);
+  moe_model m;
+  m.family = layout.family;
+  m.layout_source = layout.source;
+  m.model_type = config.value("model_type", std::string());
+  m.num_experts = read.integer("num_experts");
+  m.top_k = read.integer("top_k");
+  if (m.num_experts < 1 || m.top_k < 1 || m.top_k > m.num_experts)
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' gives ", m.num_experts,
+                 " experts and top-k ", m.top_k, "; it needs 1 <= top_k <= experts");
+  const std::string act = read.text("activation");
+  const auto activation = activation_from_config(act);
+  if (!activation)
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' has the activation '", act,
+                 "', which moecomp does not compute (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu)");
+  m.activation = *activation;
+  m.scoring = read.text("scoring");
+  if (m.scoring != "softmax" && m.scoring != "sigmoid")
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' has the scoring function '",
+                 m.scoring, "'; moecomp routes with softmax or sigmoid");
+  m.normalize_top_k = read.boolean("normalize_top_k");
+  if (read.field("topk_method")) m.topk_method = read.text("topk_method");
+  if (read.field("n_group")) m.n_group = read.integer("n_group");
+  if (read.field("topk_group")) m.topk_group = read.integer("topk_group");
+  if (read.field("routed_scaling_factor")) m.routed_scaling_factor = read.number("routed_scaling_factor");
+  m.gated = layout.fused() || !layout.expert_up.empty();
+
+  for (const layout_stack& stack : layout.stacks) {
+    const index_t count = read.config_integer(stack.layers, -1);
+    if (count < 0)
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' lacks \"", stack.layers,
+                   "\" (the ", layout.family, " layout's layer count of the ", stack.name, " stack)");
+    const index_t step = read.config_integer(stack.step, 1);
+    const std::vector<index_t> except = read.config_list(stack.except);
+    const index_t first_dense = read.config_integer(stack.first_dense, 0);
+    const index_t frequency = read.config_integer(stack.frequency, 1);
+    for (index_t layer = 0; layer < count; ++layer) {
+      if (!is_sparse_layer(stack.rule, layer, step, except, first_dense, frequency)) continue;
+      moe_layer_names names = layer_names(layout, stack, layer, m.num_experts);
+      // The optional names: kept only when the checkpoint has them.
+      for (std::string* optional : {&names.router_bias, &names.correction_bias, &names.shared_gate_weight})
+        if (!optional->empty() && !c.contains(*optional)) optional->clear();
+      if (!names.shared_gate.empty() && !c.contains(names.shared_gate)) {
+        names.shared_gate.clear();
+        names.shared_up.clear();
+        names.shared_down.clear();
+      }
+      for (const std::string& name : names.tensor_names())
+        if (!c.contains(name)) {
+          missing = "the " + layout.family + " layout ('" + layout.source + "') needs '" + name + "', which '" +
+                    c.source() + "' lacks";
+          return std::nullopt;
+        }
+      m.layers.push_back(std::move(names));
+    }
+  }
+  if (m.layers.empty())
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' gives the ", layout.family,
+                 " layout no MoE layer");
+
+  // Sizes: from the config where the layout maps them, else from the first layer's tensors.
+  const moe_layer_names& first = m.layers.front();
+  const auto& router_shape = c.info(first.router).shape;
+  m.hidden_size = read.field("hidden_size") ? read.integer("hidden_size")
+                                            : (router_shape.size() == 2 ? router_shape[1] : -1);
+  const std::string& gate0 = first.fused() ? first.gate_up : first.gate.front();
+  const auto& gate_shape = c.info(gate0).shape;
+  m.expert_size = read.field("expert_size") ? read.integer("expert_size")
+                  : first.fused() ? (gate_shape.size() == 3 ? gate_shape[1] / 2 : -1)
+                                  : (gate_shape.size() == 2 ? gate_shape[0] : -1);
+  const index_t E = m.num_experts, H = m.hidden_size, I = m.expert_size;
+  if (first.has_shared_expert()) {
+    const auto& shared_shape = c.info(first.shared_gate).shape;
+    m.shared_expert_size = shared_shape.size() == 2 ? shared_shape[0] : -1;
+    if (read.field("shared_expert_size") && read.integer("shared_expert_size") != m.shared_expert_size)
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", first.shared_gate, "' has ",
+                   m.shared_expert_size, " rows, but the config's shared expert size is ",
+                   read.integer("shared_expert_size"));
+    if (read.field("shared_experts") && m.shared_expert_size != read.integer("shared_experts") * I)
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", first.shared_gate, "' has ",
+                   m.shared_expert_size, " rows, but the config's ", read.integer("shared_experts"),
+                   " shared experts of ", I, " need ", read.integer("shared_experts") * I);
+  }
+  for (const moe_layer_names& n : m.layers) {
+    expect_shape(c, n.router, {E, H}, "the router");
+    if (!n.router_bias.empty()) expect_shape(c, n.router_bias, {E}, "the router bias");
+    if (!n.correction_bias.empty()) expect_shape(c, n.correction_bias, {E}, "the selection bias");
+    if (n.fused()) {
+      expect_shape(c, n.gate_up, {E, 2 * I, H}, "the fused gate and up projections");
+      expect_shape(c, n.fused_down, {E, H, I}, "the fused down projections");
+    }
+    for (std::size_t e = 0; e < n.gate.size(); ++e) {
+      expect_shape(c, n.gate[e], {I, H}, "an expert's gate projection");
+      if (!n.up.empty()) expect_shape(c, n.up[e], {I, H}, "an expert's up projection");
+      expect_shape(c, n.down[e], {H, I}, "an expert's down projection");
+    }
+    if (n.has_shared_expert()) {
+      const index_t S = m.shared_expert_size;
+      expect_shape(c, n.shared_gate, {S, H}, "the shared expert's gate projection");
+      if (!n.shared_up.empty()) expect_shape(c, n.shared_up, {S, H}, "the shared expert's up projection");
+      expect_shape(c, n.shared_down, {H, S}, "the shared expert's down projection");
+      if (!n.shared_gate_weight.empty()) expect_shape(c, n.shared_gate_weight, {1, H}, "the shared expert's gate");
+    }
+  }
+  for (const moe_layer_names& n : m.layers)
+    for (const std::string& name : n.tensor_names())
+      if (!io::is_floating(c.info(name).dtype))
+        MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", name, "' must hold floating-point values, got ",
+                     to_string(c.info(name).dtype));
+  return m;
+}
+
+}  // namespace detail
+
+/// Resolves a checkpoint: the layout of config.json's model_type whose tensors the checkpoint has, and every
+/// MoE layer's names, checked. `config_source` names the config in messages.
+inline moe_model describe_moe_model(const std::vector<checkpoint_layout>& layouts, const std::string& config_text,
+                                    const io::safetensors_checkpoint& checkpoint,
+                                    const std::string& config_source = "config.json") {
+  const nlohmann::json config = detail::parse_json_text(config_text, "config", config_source);
+  const auto type = config.find("model_type");
+  if (type == config.end() || !type->is_string())
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source,
+                 "' lacks the string \"model_type\" that picks the checkpoint layout");
+  const std::string model_type = type->get<std::string>();
+  std::vector<std::string> known;
+  std::string missing;
+  for (const checkpoint_layout& layout : layouts) {
+    for (const std::string& t : layout.model_types) known.push_back(t);
+    if (std::find(layout.model_types.begin(), layout.model_types.end(), model_type) == layout.model_types.end())
+      continue;
+    std::string why;
+    if (auto m = detail::resolve(layout, config, config_source, checkpoint, why)) return std::move(*m);
+    missing += (missing.empty() ? "" : "; ") + why;
+  }
+  if (!missing.empty())
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: no layout of model_type '", model_type,
+                 "' fits the checkpoint: ", missing);
+  std::sort(known.begin(), known.end());
+  known.erase(std::unique(known.begin(), known.end()), known.end());
+  std::string list;
+  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: unknown architecture: no checkpoint layout maps model_type '",
+               model_type, "' (the layouts know ", list, "); adding a family means adding a layouts/*.json file");
+}
+
+/// One MoE layer's weights, converted to W and laid out as moecomp's stacks: W1 and W3 E x I x H, W2 E x H x I
+/// (nn.Linear layout), the router E x H in float, and the shared expert when the layer has one.
+template <class W>
+struct moe_layer_weights {
+  index_t experts = 0, d_model = 0, d_ff = 0;
+  bool gated = true;
+  std::vector<W> w1, w3, w2;
+  host_matrix<float> router;
+  std::vector<float> router_bias, correction_bias;  // E each, or empty
+  index_t shared_d_ff = 0;
+  std::vector<W> shared_w1, shared_w3, shared_w2;  // empty without a shared expert
+  std::vector<float> shared_gate;                   // H, or empty (Qwen2-MoE's sigmoid gate row)
+
+  moe::ffn_expert_stack_view<W> experts_view() const {
+    moe::ffn_expert_stack_view<W> v;
+    v.w1 = matrix_stack_view<const W>(w1.data(), experts, d_ff, d_model);
+    if (gated) v.w3 = matrix_stack_view<const W>(w3.data(), experts, d_ff, d_model);
+    v.w2 = matrix_stack_view<const W>(w2.data(), experts, d_model, d_ff);
+    return v;
+  }
+  bool has_shared_expert() const noexcept { return shared_d_ff > 0; }
+  moe::ffn_expert_view<W> shared_expert_view() const {
+    MOECOMP_EXPECTS(has_shared_expert(), "moe_layer_weights::shared_expert_view: the layer has no shared expert");
+    moe::ffn_expert_view<W> v;
+    v.w1 = matrix_view<const W>(shared_w1.data(), shared_d_ff, d_model, d_model);
+    if (!shared_w3.empty()) v.w3 = matrix_view<const W>(shared_w3.data(), shared_d_ff, d_model, d_model);
+    v.w2 = matrix_view<const W>(shared_w2.data(), d_model, shared_d_ff, shared_d_ff);
+    return v;
+  }
+};
+
+/// Reads MoE layer `index` (0 .. model.layers.size() - 1) of a checkpoint described by describe_moe_model,
+/// converting every tensor to W (float, double, bfloat16 or half; the router to float). It reads exactly
+/// that layer's bytes: one layer's experts in memory at a time.
+template <class W>
+moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
+  static_assert(moecomp::detail::is_weight_type_v<W>, "load_moe_layer: W must be float, double, bfloat16 or half");
+  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "load_moe_layer: index must be in [0, ",
+                  model.layers.size(), "), got ", index);
+  const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  moe_layer_weights<W> w;
+  w.experts = model.num_experts;
+  w.d_model = model.hidden_size;
+  w.d_ff = model.expert_size;
+  w.gated = model.gated;
+  const index_t E = w.experts, H = w.d_model, I = w.d_ff, matrix = I * H;
+  w.w1.resize(static_cast<std::size_t>(E * matrix));
+  if (w.gated) w.w3.resize(w.w1.size());
+  w.w2.resize(w.w1.size());
+  if (n.fused()) {
+    const io::safetensors_tensor gate_up = checkpoint.tensor(n.gate_up);
+    const io::safetensors_tensor down = checkpoint.tensor(n.fused_down);
+    for (index_t e = 0; e < E; ++e) {  // gate rows first, then up rows, in each expert's 2I x H block
+      gate_up.convert_into(w.w1.data() + e * matrix, matrix, e * 2 * matrix);
+      gate_up.convert_into(w.w3.data() + e * matrix, matrix, e * 2 * matrix + matrix);
+    }
+    down.convert_into(w.w2.data(), E * matrix, 0);
+  } else {
+    for (index_t e = 0; e < E; ++e) {
+      const auto u = static_cast<std::size_t>(e);
+      checkpoint.tensor(n.gate[u]).convert_into(w.w1.data() + e * matrix, matrix);
+      if (w.gated) checkpoint.tensor(n.up[u]).convert_into(w.w3.data() + e * matrix, matrix);
+      checkpoint.tensor(n.down[u]).convert_into(w.w2.data() + e * matrix, matrix);
+    }
+  }
+  w.router = checkpoint.tensor(n.router).to_matrix<float>();
+  if (!n.router_bias.empty()) w.router_bias = checkpoint.tensor(n.router_bias).to_vector<float>();
+  if (!n.correction_bias.empty()) w.correction_bias = checkpoint.tensor(n.correction_bias).to_vector<float>();
+  if (n.has_shared_expert()) {
+    w.shared_d_ff = model.shared_expert_size;
+    w.shared_w1 = checkpoint.tensor(n.shared_gate).to_vector<W>();
+    if (!n.shared_up.empty()) w.shared_w3 = checkpoint.tensor(n.shared_up).to_vector<W>();
+    w.shared_w2 = checkpoint.tensor(n.shared_down).to_vector<W>();
+    if (!n.shared_gate_weight.empty()) w.shared_gate = checkpoint.tensor(n.shared_gate_weight).to_vector<float>();
+  }
+  return w;
+}
+
+}  // namespace model
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,428 @@
+// moecomp::model checkpoint layouts: each family of layouts/ on a small synthetic checkpoint written in that
+// family's naming (random weights from moecomp's generator), its MoE layers found by the family's rule, its
+// routing configuration read, and one layer's weights loaded exactly; then every error a user can meet.
+#include <moecomp/core/random.hpp>
+#include <moecomp/io/safetensors.hpp>
+#include <moecomp/model/layout.hpp>
+
+#include <doctest/doctest.h>
+
+#include "test_files.hpp"
+#include "test_support.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace io = moecomp::io;
+namespace model = moecomp::model;
+using moecomp::bfloat16;
+using moecomp::index_t;
+using moecomp_test::temp_dir;
+using moecomp_test::write_file;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const std::vector<model::checkpoint_layout>& repository_layouts() {
+  static const std::vector<model::checkpoint_layout> layouts = model::read_checkpoint_layouts(MOECOMP_LAYOUTS_DIR);
+  return layouts;
+}
+
+// A checkpoint under construction: named tensors of random values (float32 or bf16), kept for comparison.
+struct synthetic_checkpoint {
+  moecomp::random_generator rng{42};
+  io::safetensors_dtype dtype = io::safetensors_dtype::f32;
+  std::map<std::string, std::vector<float>> values;  // as the file holds them (bf16 values rounded)
+  std::map<std::string, std::vector<index_t>> shapes;
+  std::vector<std::vector<float>> f32_storage;
+  std::vector<std::vector<bfloat16>> bf16_storage;
+
+  void add(const std::string& name, std::vector<index_t> shape) {
+    index_t n = 1;
+    for (index_t e : shape) n *= e;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = static_cast<float>(rng.uniform<double>(-1.0, 1.0));
+    if (dtype == io::safetensors_dtype::bf16)
+      for (float& x : v) x = static_cast<float>(bfloat16(x));
+    values[name] = v;
+    shapes[name] = std::move(shape);
+  }
+  std::vector<io::safetensors_entry> entries() {
+    std::vector<io::safetensors_entry> result;
+    for (const auto& [name, v] : values) {
+      if (dtype == io::safetensors_dtype::bf16) {
+        bf16_storage.emplace_back();
+        for (float x : v) bf16_storage.back().push_back(bfloat16(x));
+        result.push_back({name, dtype, shapes[name], bf16_storage.back().data()});
+      } else {
+        f32_storage.push_back(v);
+        result.push_back({name, dtype, shapes[name], f32_storage.back().data()});
+      }
+    }
+    return result;
+  }
+  void write(const temp_dir& dir, const std::string& config) {
+    io::write_safetensors(dir.file("model.safetensors"), entries(), {{"format", "pt"}});
+    write_file(dir.file("config.json"), config);
+  }
+};
+
+model::moe_model describe(const temp_dir& dir) {
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  return model::describe_moe_model(repository_layouts(), moecomp_test::read_file(dir.file("config.json")), c,
+                                   dir.file("config.json"));
+}
+
+std::string describe_error(const temp_dir& dir) {
+  try {
+    describe(dir);
+  } catch (const moecomp::io_error& e) {
+    return e.what();
+  }
+  FAIL_CHECK("expected an io_error");
+  return "";
+}
+
+std::vector<index_t> layer_indices(const model::moe_model& m, const std::string& stack) {
+  std::vector<index_t> result;
+  for (const auto& l : m.layers)
+    if (l.stack == stack) result.push_back(l.layer);
+  return result;
+}
+
+// Mixtral-style names: E experts of I x H, per-expert tensors under model.layers.{l}.block_sparse_moe.
+void add_mixtral_layer(synthetic_checkpoint& s, index_t layer, index_t E, index_t I, index_t H) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
+  s.add(p + "gate.weight", {E, H});
+  for (index_t e = 0; e < E; ++e) {
+    const std::string x = p + "experts." + std::to_string(e) + ".";
+    s.add(x + "w1.weight", {I, H});
+    s.add(x + "w3.weight", {I, H});
+    s.add(x + "w2.weight", {H, I});
+  }
+}
+
+}  // namespace
+
+TEST_CASE("layouts: every file of the repository's layouts/ parses, and each family is there") {
+  std::vector<std::string> families;
+  for (const auto& l : repository_layouts()) families.push_back(l.family);
+  CHECK(families == std::vector<std::string>{"deepseek", "mixtral-fused", "mixtral", "olmoe", "qwen2_moe",
+                                             "switch_transformers"});
+}
+
+TEST_CASE("layouts: Mixtral, per-expert tensors in bf16, loaded exactly as float") {
+  temp_dir dir("layout_mixtral");
+  synthetic_checkpoint s;
+  s.dtype = io::safetensors_dtype::bf16;
+  const index_t E = 4, I = 6, H = 5;
+  for (index_t l = 0; l < 2; ++l) add_mixtral_layer(s, l, E, I, H);
+  s.add("model.embed_tokens.weight", {7, H});  // not an MoE tensor: ignored
+  s.write(dir, R"({"model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+                  "hidden_size": 5, "intermediate_size": 6, "hidden_act": "silu"})");
+  const model::moe_model m = describe(dir);
+  CHECK(m.family == "mixtral");
+  CHECK(m.num_experts == 4);
+  CHECK(m.top_k == 2);
+  CHECK(m.hidden_size == 5);
+  CHECK(m.expert_size == 6);
+  CHECK(m.gated);
+  CHECK(m.activation == moecomp::moe::activation::silu);
+  CHECK(m.scoring == "softmax");
+  CHECK(m.normalize_top_k);  // the layout's default: Mixtral always renormalises
+  CHECK(layer_indices(m, "decoder") == std::vector<index_t>{0, 1});
+  CHECK(m.layers[1].router == "model.layers.1.block_sparse_moe.gate.weight");
+  CHECK(m.layers[1].gate[3] == "model.layers.1.block_sparse_moe.experts.3.w1.weight");
+  CHECK(m.layers[0].tensor_names().size() == 1 + 3 * 4);
+
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  const auto w = model::load_moe_layer<float>(c, m, 1);
+  const auto experts = w.experts_view();
+  CHECK(experts.experts() == 4);
+  CHECK(experts.d_ff() == 6);
+  CHECK(experts.d_model() == 5);
+  const auto& w3_of_2 = s.values["model.layers.1.block_sparse_moe.experts.2.w3.weight"];
+  const auto& w2_of_3 = s.values["model.layers.1.block_sparse_moe.experts.3.w2.weight"];
+  for (index_t i = 0; i < I; ++i)
+    for (index_t j = 0; j < H; ++j) {
+      CHECK(experts.w3.matrix(2)(i, j) == w3_of_2[static_cast<std::size_t>(i * H + j)]);
+      CHECK(experts.w2.matrix(3)(j, i) == w2_of_3[static_cast<std::size_t>(j * I + i)]);
+    }
+  CHECK(w.router(3, 4) == s.values["model.layers.1.block_sparse_moe.gate.weight"][19]);
+  CHECK_FALSE(w.has_shared_expert());
+  // bfloat16 storage round-trips bit for bit.
+  const auto wb = model::load_moe_layer<bfloat16>(c, m, 0);
+  CHECK(static_cast<float>(wb.w1[7]) == s.values["model.layers.0.block_sparse_moe.experts.0.w1.weight"][7]);
+}
+
+TEST_CASE("layouts: Mixtral with fused 3-D expert tensors splits gate rows from up rows") {
+  temp_dir dir("layout_fused");
+  synthetic_checkpoint s;
+  const index_t E = 3, I = 4, H = 5;
+  s.add("model.layers.0.mlp.gate.weight", {E, H});
+  s.add("model.layers.0.mlp.experts.gate_up_proj", {E, 2 * I, H});
+  s.add("model.layers.0.mlp.experts.down_proj", {E, H, I});
+  s.write(dir, R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 3, "num_experts_per_tok": 2,
+                  "hidden_size": 5, "intermediate_size": 4, "hidden_act": "silu"})");
+  const model::moe_model m = describe(dir);
+  CHECK(m.family == "mixtral-fused");
+  REQUIRE(m.layers.size() == 1);
+  CHECK(m.layers[0].fused());
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  const auto w = model::load_moe_layer<double>(c, m, 0);
+  const auto& gate_up = s.values["model.layers.0.mlp.experts.gate_up_proj"];
+  const auto& down = s.values["model.layers.0.mlp.experts.down_proj"];
+  for (index_t e = 0; e < E; ++e)
+    for (index_t i = 0; i < I; ++i)
+      for (index_t j = 0; j < H; ++j) {
+        CHECK(w.experts_view().w1.matrix(e)(i, j) == gate_up[static_cast<std::size_t>((e * 2 * I + i) * H + j)]);
+        CHECK(w.experts_view().w3.matrix(e)(i, j) == gate_up[static_cast<std::size_t>((e * 2 * I + I + i) * H + j)]);
+        CHECK(w.experts_view().w2.matrix(e)(j, i) == down[static_cast<std::size_t>((e * H + j) * I + i)]);
+      }
+}
+
+TEST_CASE("layouts: Qwen2-MoE's sparse step, mlp_only_layers, norm_topk_prob and the gated shared expert") {
+  temp_dir dir("layout_qwen");
+  synthetic_checkpoint s;
+  const index_t E = 4, I = 3, H = 6, S = 8;
+  for (index_t l : {1, 5}) {  // 6 layers, step 2 -> 1, 3, 5; layer 3 is in mlp_only_layers
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    s.add(p + "gate.weight", {E, H});
+    for (index_t e = 0; e < E; ++e)
+      for (const char* w : {"gate_proj", "up_proj"}) s.add(p + "experts." + std::to_string(e) + "." + w + ".weight", {I, H});
+    for (index_t e = 0; e < E; ++e) s.add(p + "experts." + std::to_string(e) + ".down_proj.weight", {H, I});
+    s.add(p + "shared_expert.gate_proj.weight", {S, H});
+    s.add(p + "shared_expert.up_proj.weight", {S, H});
+    s.add(p + "shared_expert.down_proj.weight", {H, S});
+    s.add(p + "shared_expert_gate.weight", {1, H});
+  }
+  s.add("model.layers.3.mlp.gate_proj.weight", {10, H});  // a dense layer
+  s.write(dir, R"({"model_type": "qwen2_moe", "num_hidden_layers": 6, "num_experts": 4, "num_experts_per_tok": 2,
+                  "hidden_size": 6, "moe_intermediate_size": 3, "shared_expert_intermediate_size": 8,
+                  "decoder_sparse_step": 2, "mlp_only_layers": [3], "norm_topk_prob": true, "hidden_act": "silu"})");
+  const model::moe_model m = describe(dir);
+  CHECK(m.family == "qwen2_moe");
+  CHECK(layer_indices(m, "decoder") == std::vector<index_t>{1, 5});
+  CHECK(m.normalize_top_k);
+  CHECK(m.shared_expert_size == 8);
+  CHECK(m.layers[0].has_shared_expert());
+  CHECK(m.layers[0].shared_gate_weight == "model.layers.1.mlp.shared_expert_gate.weight");
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  const auto w = model::load_moe_layer<float>(c, m, 1);
+  REQUIRE(w.has_shared_expert());
+  CHECK(w.shared_expert_view().w2(5, 7) == s.values["model.layers.5.mlp.shared_expert.down_proj.weight"][47]);
+  CHECK(w.shared_gate == s.values["model.layers.5.mlp.shared_expert_gate.weight"]);
+}
+
+TEST_CASE("layouts: DeepSeek-V3's dense first layers, sigmoid scores, selection bias, groups and shared experts") {
+  temp_dir dir("layout_deepseek");
+  synthetic_checkpoint s;
+  const index_t E = 8, I = 2, H = 4;
+  for (index_t l = 1; l < 3; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    s.add(p + "gate.weight", {E, H});
+    s.add(p + "gate.e_score_correction_bias", {E});
+    for (index_t e = 0; e < E; ++e) {
+      const std::string x = p + "experts." + std::to_string(e) + ".";
+      s.add(x + "gate_proj.weight", {I, H});
+      s.add(x + "up_proj.weight", {I, H});
+      s.add(x + "down_proj.weight", {H, I});
+    }
+    s.add(p + "shared_experts.gate_proj.weight", {2 * I, H});
+    s.add(p + "shared_experts.up_proj.weight", {2 * I, H});
+    s.add(p + "shared_experts.down_proj.weight", {H, 2 * I});
+  }
+  s.write(dir, R"({"model_type": "deepseek_v3", "num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                  "hidden_size": 4, "moe_intermediate_size": 2, "n_shared_experts": 2, "first_k_dense_replace": 1,
+                  "moe_layer_freq": 1, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "n_group": 4,
+                  "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": true, "hidden_act": "silu"})");
+  const model::moe_model m = describe(dir);
+  CHECK(m.family == "deepseek");
+  CHECK(layer_indices(m, "decoder") == std::vector<index_t>{1, 2});
+  CHECK(m.scoring == "sigmoid");
+  CHECK(m.topk_method == "noaux_tc");
+  CHECK(m.n_group == 4);
+  CHECK(m.topk_group == 2);
+  CHECK(m.routed_scaling_factor == 2.5);
+  CHECK(m.shared_expert_size == 4);
+  CHECK(m.layers[0].correction_bias == "model.layers.1.mlp.gate.e_score_correction_bias");
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  const auto w = model::load_moe_layer<float>(c, m, 0);
+  CHECK(w.correction_bias == s.values["model.layers.1.mlp.gate.e_score_correction_bias"]);
+  CHECK(w.shared_d_ff == 4);
+}
+
+TEST_CASE("layouts: OLMoE's defaults, and Switch Transformers' two stacks of ungated ReLU experts, top-1") {
+  SUBCASE("OLMoE") {
+    temp_dir dir("layout_olmoe");
+    synthetic_checkpoint s;
+    const std::string p = "model.layers.0.mlp.";
+    s.add(p + "gate.weight", {2, 3});
+    for (int e = 0; e < 2; ++e)
+      for (const char* w : {"gate_proj", "up_proj"}) s.add(p + "experts." + std::to_string(e) + "." + w + ".weight", {4, 3});
+    for (int e = 0; e < 2; ++e) s.add(p + "experts." + std::to_string(e) + ".down_proj.weight", {3, 4});
+    s.write(dir, R"({"model_type": "olmoe", "num_hidden_layers": 1, "num_experts": 2, "num_experts_per_tok": 1,
+                    "hidden_size": 3, "intermediate_size": 4, "hidden_act": "silu"})");
+    const model::moe_model m = describe(dir);
+    CHECK(m.family == "olmoe");
+    CHECK_FALSE(m.normalize_top_k);  // norm_topk_prob absent: OLMoE's default, false
+  }
+  SUBCASE("Switch Transformers") {
+    temp_dir dir("layout_switch");
+    synthetic_checkpoint s;
+    const index_t E = 4, F = 6, H = 5;
+    auto add_block = [&](const std::string& p) {
+      s.add(p + "router.classifier.weight", {E, H});
+      for (index_t e = 0; e < E; ++e) {
+        s.add(p + "experts.expert_" + std::to_string(e) + ".wi.weight", {F, H});
+        s.add(p + "experts.expert_" + std::to_string(e) + ".wo.weight", {H, F});
+      }
+    };
+    add_block("encoder.block.1.layer.1.mlp.");
+    add_block("encoder.block.3.layer.1.mlp.");
+    add_block("decoder.block.1.layer.2.mlp.");
+    s.write(dir, R"({"model_type": "switch_transformers", "num_layers": 4, "num_decoder_layers": 2, "num_experts": 4,
+                    "d_model": 5, "d_ff": 6, "encoder_sparse_step": 2, "decoder_sparse_step": 2,
+                    "dense_act_fn": "relu"})");
+    const model::moe_model m = describe(dir);
+    CHECK(m.family == "switch_transformers");
+    CHECK(layer_indices(m, "encoder") == std::vector<index_t>{1, 3});
+    CHECK(layer_indices(m, "decoder") == std::vector<index_t>{1});
+    CHECK(m.top_k == 1);
+    CHECK_FALSE(m.gated);
+    CHECK(m.activation == moecomp::moe::activation::relu);
+    CHECK(m.layers[0].router_bias.empty());  // router_bias is off in Switch's config: no such tensor
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    const auto w = model::load_moe_layer<float>(c, m, 2);
+    CHECK(w.w3.empty());
+    CHECK_FALSE(w.experts_view().gated());
+    CHECK(w.experts_view().w1.matrix(3)(5, 4) == s.values["decoder.block.1.layer.2.mlp.experts.expert_3.wi.weight"][29]);
+  }
+}
+
+TEST_CASE("layouts: a sharded checkpoint resolves through its index") {
+  temp_dir dir("layout_sharded");
+  synthetic_checkpoint s;
+  for (index_t l = 0; l < 2; ++l) add_mixtral_layer(s, l, 2, 3, 4);
+  const auto entries = s.entries();
+  io::safetensors_sharded_writer writer(dir.path.string());
+  std::vector<io::safetensors_entry> first, second;
+  for (const auto& e : entries) (e.name.rfind("model.layers.0.", 0) == 0 ? first : second).push_back(e);
+  writer.write_shard(first);
+  writer.write_shard(second);
+  writer.finish();
+  write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 2,
+      "num_experts_per_tok": 2, "hidden_size": 4, "intermediate_size": 3, "hidden_act": "silu"})");
+  const model::moe_model m = describe(dir);
+  CHECK(m.layers.size() == 2);
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  CHECK(model::load_moe_layer<float>(c, m, 1).w2[5] == s.values["model.layers.1.block_sparse_moe.experts.0.w2.weight"][5]);
+}
+
+TEST_CASE("layouts: errors name what is missing") {
+  temp_dir dir("layout_errors");
+  synthetic_checkpoint s;
+  add_mixtral_layer(s, 0, 2, 3, 4);
+  const std::string good = R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 2,
+      "num_experts_per_tok": 2, "hidden_size": 4, "intermediate_size": 3, "hidden_act": "silu"})";
+  s.write(dir, good);
+  REQUIRE_NOTHROW(describe(dir));
+
+  SUBCASE("an unknown architecture names the model_type and the known ones") {
+    write_file(dir.file("config.json"), R"({"model_type": "jamba", "num_hidden_layers": 1})");
+    const std::string message = describe_error(dir);
+    CHECK_MESSAGE(contains(message, "unknown architecture: no checkpoint layout maps model_type 'jamba' (the layouts "
+                                    "know deepseek_v2, deepseek_v3, mixtral, olmoe, qwen2_moe, switch_transformers)"),
+                  message);
+  }
+  SUBCASE("a checkpoint that no layout of its type fits names each layout's missing tensor") {
+    write_file(dir.file("config.json"), R"({"model_type": "olmoe", "num_hidden_layers": 1, "num_experts": 2,
+        "num_experts_per_tok": 2, "intermediate_size": 3, "hidden_act": "silu"})");
+    const std::string message = describe_error(dir);
+    CHECK_MESSAGE(contains(message, "no layout of model_type 'olmoe' fits the checkpoint: the olmoe layout"), message);
+    CHECK(contains(message, "needs 'model.layers.0.mlp.gate.weight', which"));
+  }
+  SUBCASE("a config without a key the layout needs") {
+    write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_experts_per_tok": 2,
+        "hidden_act": "silu"})");
+    CHECK(contains(describe_error(dir), "lacks \"num_local_experts\" (the mixtral-fused layout's num_experts)"));
+    write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 2})");
+    CHECK(contains(describe_error(dir), "lacks \"num_hidden_layers\""));
+    write_file(dir.file("config.json"), R"({"num_local_experts": 2})");
+    CHECK(contains(describe_error(dir), "lacks the string \"model_type\""));
+    write_file(dir.file("config.json"), "{");
+    CHECK(contains(describe_error(dir), "is not valid JSON"));
+  }
+  SUBCASE("config values out of range or of the wrong type") {
+    write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 2,
+        "num_experts_per_tok": 3, "hidden_act": "silu"})");
+    CHECK(contains(describe_error(dir), "gives 2 experts and top-k 3; it needs 1 <= top_k <= experts"));
+    write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": -2,
+        "num_experts_per_tok": 2, "hidden_act": "silu"})");
+    CHECK(contains(describe_error(dir), "key \"num_local_experts\" must be a non-negative integer, got -2"));
+    write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 2,
+        "num_experts_per_tok": 2, "hidden_act": "mish"})");
+    CHECK(contains(describe_error(dir), "has the activation 'mish', which moecomp does not compute"));
+  }
+  SUBCASE("a tensor of the wrong shape") {
+    write_file(dir.file("config.json"), R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 2,
+        "num_experts_per_tok": 2, "hidden_size": 4, "intermediate_size": 5, "hidden_act": "silu"})");
+    CHECK(contains(describe_error(dir), "tensor 'model.layers.0.block_sparse_moe.experts.0.w1.weight' (an expert's gate "
+                                        "projection) must have the shape [5, 4], got [3, 4]"));
+  }
+  SUBCASE("a malformed layout file names the file and the key") {
+    auto refused = [](const std::string& text) {
+      try {
+        model::parse_checkpoint_layout(text, "bad.json");
+      } catch (const moecomp::io_error& e) {
+        return std::string(e.what());
+      }
+      FAIL_CHECK("expected an io_error");
+      return std::string();
+    };
+    const std::string minimal = R"("family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l.{layer}."}], "router": {"weight": "g"}, "experts": {"gate": "e.{expert}.a", "down": "e.{expert}.b"})";
+    CHECK_NOTHROW(model::parse_checkpoint_layout("{" + minimal + "}"));
+    CHECK(contains(refused("{" + minimal + R"(, "extra": 1})"), "checkpoint layout 'bad.json' is not valid: it has the unknown key \"extra\""));
+    CHECK(contains(refused("{" + minimal + R"(, "config": {"experts": "n"}})"), "\"config\" has the unknown field \"experts\""));
+    CHECK(contains(refused(R"({"family": "x", "model_types": []})"), "\"model_types\" must be a non-empty array"));
+    CHECK(contains(refused(R"({"family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l.{layer}.", "sparse_layers": {"rule": "odd"}}]})"),
+                   "the rule 'odd' is not one of all, every_step, after_dense, switch_step"));
+    CHECK(contains(refused(R"({"family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l."}]})"),
+                   "the prefix must hold {layer}"));
+    CHECK(contains(refused(R"({"family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l.{layer}."}], "router": {"weight": "g"}, "experts": {"gate": "e.a", "down": "e.{expert}.b"}})"),
+                   "'e.a' must hold {expert}"));
+    CHECK(contains(refused(R"({"family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l.{layer}.{expert}"}]})"),
+                   "has the placeholder {expert}, which is not allowed there"));
+    CHECK(contains(refused("[1]"), "checkpoint layout 'bad.json' must be a JSON object"));
+  }
+  SUBCASE("load_moe_layer refuses an index out of range") {
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    const model::moe_model m = describe(dir);
+    const std::string message = moecomp_test::thrown_message([&] { (void)model::load_moe_layer<float>(c, m, 1); });
+    CHECK(contains(message, "load_moe_layer: index must be in [0, 1), got 1"));
+  }
+}
+
+TEST_CASE("layouts: the sparse-layer rules as each family's modelling code states them") {
+  using model::sparse_rule;
+  auto layers = [](sparse_rule rule, index_t count, index_t step, std::vector<index_t> except, index_t first, index_t freq) {
+    std::vector<index_t> result;
+    for (index_t i = 0; i < count; ++i)
+      if (model::is_sparse_layer(rule, i, step, except, first, freq)) result.push_back(i);
+    return result;
+  };
+  CHECK(layers(sparse_rule::all, 3, 1, {}, 0, 1) == std::vector<index_t>{0, 1, 2});
+  CHECK(layers(sparse_rule::every_step, 8, 1, {}, 0, 1) == std::vector<index_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(layers(sparse_rule::every_step, 8, 2, {5}, 0, 1) == std::vector<index_t>{1, 3, 7});
+  CHECK(layers(sparse_rule::after_dense, 6, 1, {}, 1, 1) == std::vector<index_t>{1, 2, 3, 4, 5});
+  CHECK(layers(sparse_rule::after_dense, 8, 1, {}, 3, 2) == std::vector<index_t>{4, 6});
+  CHECK(layers(sparse_rule::switch_step, 6, 2, {}, 0, 1) == std::vector<index_t>{1, 3, 5});
+  CHECK(layers(sparse_rule::switch_step, 6, 4, {}, 0, 1) == std::vector<index_t>{1, 5});
+  CHECK(layers(sparse_rule::switch_step, 3, 1, {}, 0, 1) == std::vector<index_t>{0, 1, 2});
+  CHECK(layers(sparse_rule::switch_step, 3, 0, {}, 0, 1).empty());
+  CHECK(model::parse_sparse_rule("after_dense") == sparse_rule::after_dense);
+  CHECK(contains(moecomp_test::thrown_message([] { (void)model::parse_sparse_rule("x"); }), "got 'x'"));
+}
