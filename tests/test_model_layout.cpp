@@ -1,15 +1,21 @@
 // moecomp::model checkpoint layouts: each family of layouts/ on a small synthetic checkpoint written in that
 // family's naming (random weights from moecomp's generator), its MoE layers found by the family's rule, its
-// routing configuration read, and one layer's weights loaded exactly; then every error a user can meet.
+// routing configuration read, and one layer's weights loaded exactly; every error a user can meet; and the
+// embedded trained model (models/tiny-moe), whose MoE layers moecomp runs as its torch forward does.
+#include <moecomp/core/context.hpp>
 #include <moecomp/core/random.hpp>
+#include <moecomp/io/npy.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout.hpp>
+#include <moecomp/moe/layer.hpp>
 
 #include <doctest/doctest.h>
 
 #include "test_files.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -253,6 +259,33 @@ TEST_CASE("layouts: DeepSeek-V3's dense first layers, sigmoid scores, selection 
   const auto w = model::load_moe_layer<float>(c, m, 0);
   CHECK(w.correction_bias == s.values["model.layers.1.mlp.gate.e_score_correction_bias"]);
   CHECK(w.shared_d_ff == 4);
+
+  // The routing parameters that reproduce the router: DeepSeek-V3's rule.
+  const auto routing = model::routing_of(m);
+  CHECK(routing.rule == moecomp::gating::routing_rule::deepseek_v3);
+  CHECK(routing.scores == moecomp::gating::score_function::sigmoid);
+  CHECK(routing.top_k == 2);
+  CHECK(routing.renormalize);
+  CHECK(routing.n_group == 4);
+  CHECK(routing.topk_group == 2);
+  CHECK(routing.routed_scaling_factor == 2.5);
+  // DeepSeek-V2: greedy with a factor is group-limited greedy over one group; without one, plain top-k.
+  model::moe_model v2 = m;
+  v2.topk_method = "greedy";
+  v2.scoring = "softmax";
+  v2.routed_scaling_factor = 16.0;
+  CHECK(model::routing_of(v2).rule == moecomp::gating::routing_rule::group_limited_greedy);
+  CHECK(model::routing_of(v2).n_group == 1);
+  CHECK(model::routing_of(v2).routed_scaling_factor == 16.0);
+  v2.routed_scaling_factor = 1.0;
+  CHECK(model::routing_of(v2).rule == moecomp::gating::routing_rule::top_k);
+  v2.topk_method = "sparse_magic";
+  try {
+    (void)model::routing_of(v2);
+    FAIL("expected an io_error");
+  } catch (const moecomp::io_error& e) {
+    CHECK(contains(e.what(), "topk_method 'sparse_magic' is not one moecomp implements"));
+  }
 }
 
 TEST_CASE("layouts: OLMoE's defaults, and Switch Transformers' two stacks of ungated ReLU experts, top-1") {
@@ -425,4 +458,64 @@ TEST_CASE("layouts: the sparse-layer rules as each family's modelling code state
   CHECK(layers(sparse_rule::switch_step, 3, 0, {}, 0, 1).empty());
   CHECK(model::parse_sparse_rule("after_dense") == sparse_rule::after_dense);
   CHECK(contains(moecomp_test::thrown_message([] { (void)model::parse_sparse_rule("x"); }), "got 'x'"));
+}
+
+// ------------------------------------------------------------- the embedded model against torch
+
+TEST_CASE("layouts: the embedded model's MoE layers, loaded and run by moecomp, match its torch forward") {
+  const std::string dir = std::string(MOECOMP_MODELS_DIR) + "/tiny-moe";
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir);
+  const model::moe_model m =
+      model::describe_moe_model(repository_layouts(), model::read_text_file(dir + "/config.json"), c, dir + "/config.json");
+  CHECK(m.family == "mixtral");
+  CHECK(m.layers.size() == 4);
+  CHECK(m.num_experts == 8);
+  CHECK(m.top_k == 2);
+  CHECK(m.normalize_top_k);
+  const io::safetensors_file calibration = io::read_safetensors(dir + "/calibration.safetensors");
+
+  temp_dir scratch("layout_embedded");
+  const std::string script = std::string("import sys\nsys.path.insert(0, '") + MOECOMP_MODELS_DIR + "')\n" + R"PY(
+try:
+    import numpy as np
+    import torch
+    import tiny_moe
+except ImportError:
+    sys.exit(77)
+torch.set_num_threads(1)
+out = sys.argv[1]
+w, config = tiny_moe.load(MODEL_DIR)
+inputs = tiny_moe.read_safetensors(MODEL_DIR + '/calibration.safetensors')
+with torch.no_grad():
+    for layer in range(config['num_hidden_layers']):
+        x = inputs[f'layers.{layer}.moe_input'].float()
+        y, _ = tiny_moe.moe_block(x, w, f'model.layers.{layer}.block_sparse_moe.', config)
+        np.save(f'{out}/y{layer}.npy', y.double().numpy())
+)PY";
+  std::string log;
+  const int code = moecomp_test::run_python(scratch, "MODEL_DIR = '" + dir + "'\n" + script, log);
+  if (moecomp_test::skip_without_peer(code, log, "torch")) return;
+  REQUIRE_MESSAGE(code == 0, log);
+
+  const moecomp::host_context ctx(2);
+  moecomp::moe::moe_layer_params params;
+  params.routing = model::routing_of(m);
+  params.ffn.act = m.activation;
+  for (index_t layer = 0; layer < 4; ++layer) {
+    const auto w = model::load_moe_layer<float>(c, m, layer);
+    moecomp::moe::moe_layer_view<float> view;
+    view.router = w.router.const_view();
+    view.experts = w.experts_view();
+    const auto x = calibration.tensor("layers." + std::to_string(layer) + ".moe_input").to_matrix<float>();
+    moecomp::host_matrix<float> y(x.rows(), x.cols());
+    moecomp::moe::moe_layer_forward<float>(ctx, params, view, x.const_view(), y.view());
+    const auto want = io::read_npy(scratch.file("y" + std::to_string(layer) + ".npy")).to_matrix<double>();
+    REQUIRE(want.rows() == y.rows());
+    double worst = 0, scale = 0;
+    for (index_t i = 0; i < y.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(y.data()[i]) - want.data()[i]));
+      scale = std::max(scale, std::abs(want.data()[i]));
+    }
+    CHECK_MESSAGE(worst <= 1e-5 * scale, "layer " << layer << ": max |moecomp - torch| " << worst << " of " << scale);
+  }
 }

@@ -16,6 +16,7 @@
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/gating/routing_types.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout_types.hpp>
 #include <moecomp/moe/ffn_types.hpp>
@@ -364,6 +365,41 @@ inline moe_model describe_moe_model(const std::vector<checkpoint_layout>& layout
   for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
   MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: unknown architecture: no checkpoint layout maps model_type '",
                model_type, "' (the layouts know ", list, "); adding a family means adding a layouts/*.json file");
+}
+
+/// The routing parameters of moecomp's gating (<moecomp/gating/routing.hpp>) that reproduce the model's
+/// router: top-k for topk_method "greedy" (Mixtral, Qwen2-MoE, OLMoE, Switch, DeepSeek-V2's default; with a
+/// routed_scaling_factor other than 1, group-limited greedy over a single group, which is top-k scaled),
+/// group-limited greedy for "group_limited_greedy" (DeepSeek-V2), DeepSeek-V3's rule for "noaux_tc";
+/// softmax or sigmoid scores; renormalisation and the scaling factor as the config says. io_error for a
+/// topk_method moecomp does not implement.
+inline gating::routing_params routing_of(const moe_model& m) {
+  gating::routing_params p;
+  if (m.topk_method == "greedy" && m.routed_scaling_factor == 1.0) {
+    p.rule = gating::routing_rule::top_k;
+  } else if (m.topk_method == "greedy") {
+    // DeepSeek-V2 scales greedy top-k too: group-limited greedy over one group is top-k with the factor.
+    p.rule = gating::routing_rule::group_limited_greedy;
+    p.scores = m.scoring == "sigmoid" ? gating::score_function::sigmoid : gating::score_function::softmax;
+    p.top_k = m.top_k;
+    p.renormalize = m.normalize_top_k;
+    p.routed_scaling_factor = m.routed_scaling_factor;
+    return p;  // n_group = topk_group = 1
+  } else if (m.topk_method == "group_limited_greedy") {
+    p.rule = gating::routing_rule::group_limited_greedy;
+  } else if (m.topk_method == "noaux_tc") {
+    p.rule = gating::routing_rule::deepseek_v3;
+  } else {
+    MOECOMP_FAIL(error_kind::io_error, "routing_of: the ", m.family, " model's topk_method '", m.topk_method,
+                 "' is not one moecomp implements (greedy, group_limited_greedy, noaux_tc)");
+  }
+  p.scores = m.scoring == "sigmoid" ? gating::score_function::sigmoid : gating::score_function::softmax;
+  p.top_k = m.top_k;
+  p.renormalize = m.normalize_top_k;
+  p.n_group = m.n_group;
+  p.topk_group = m.topk_group;
+  p.routed_scaling_factor = m.routed_scaling_factor;
+  return p;
 }
 
 /// One MoE layer's weights, converted to W and laid out as moecomp's stacks: W1 and W3 E x I x H, W2 E x H x I

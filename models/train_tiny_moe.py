@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Trains moecomp's embedded default model: a small byte-level MoE language model in Mixtral's layout.
+
+    /usr/bin/python3 models/train_tiny_moe.py [--out models/tiny-moe] [--steps 2000] [--threads 1]
+
+CPU only, Debian's python3-torch, fixed seeds. The text is the licence collection of Debian's base-files
+package (/usr/share/common-licenses: 14 files, 264 KB, each licence text permitting verbatim copies), whose
+SHA-256 is checked so that a different text cannot pass for the recorded one. Every 10th KB is held out.
+
+Writes to --out: config.json (MixtralConfig keys), model.safetensors (bf16), calibration.safetensors (each
+layer's MoE-block inputs, `layers.{i}.moe_input`, T x d float32, on 1024 training bytes), heldout.bin (the
+held-out bytes) and train_log.json (the losses and the held-out perplexity of the saved bf16 weights).
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+# One thread everywhere, set before torch loads its BLAS: torch 1.13 runs these small matrices 3x slower on
+# two threads, and a single thread makes a run reproducible bit for bit on a given machine.
+if __name__ == "__main__":
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = os.environ.get(variable, "1") if "--threads" not in sys.argv else \
+            sys.argv[sys.argv.index("--threads") + 1]
+
+import torch
+import torch.nn.functional as F
+
+import tiny_moe
+
+CORPUS_SHA256 = "e702fc128a22ec5f42b88d701ba068de1515b336f5af4e0d6e144a3795587db2"
+
+CONFIG = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "vocab_size": 256,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "router_aux_loss_coef": 0.02,
+    "torch_dtype": "bfloat16",
+}
+
+
+def init_weights(config, generator):
+    d, I, E, V = config["hidden_size"], config["intermediate_size"], config["num_local_experts"], config["vocab_size"]
+    hd = d // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * hd
+
+    def normal(*shape, std=0.02):
+        return (torch.randn(*shape, generator=generator) * std).requires_grad_()
+
+    w = {"model.embed_tokens.weight": normal(V, d), "lm_head.weight": normal(V, d),
+         "model.norm.weight": torch.ones(d, requires_grad=True)}
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        w[p + "input_layernorm.weight"] = torch.ones(d, requires_grad=True)
+        w[p + "post_attention_layernorm.weight"] = torch.ones(d, requires_grad=True)
+        w[p + "self_attn.q_proj.weight"] = normal(d, d)
+        w[p + "self_attn.k_proj.weight"] = normal(kv, d)
+        w[p + "self_attn.v_proj.weight"] = normal(kv, d)
+        w[p + "self_attn.o_proj.weight"] = normal(d, d, std=0.02 / math.sqrt(2 * config["num_hidden_layers"]))
+        w[p + "block_sparse_moe.gate.weight"] = normal(E, d)
+        for e in range(E):
+            q = f"{p}block_sparse_moe.experts.{e}."
+            w[q + "w1.weight"] = normal(I, d)
+            w[q + "w3.weight"] = normal(I, d)
+            w[q + "w2.weight"] = normal(d, I, std=0.02 / math.sqrt(2 * config["num_hidden_layers"]))
+    return w
+
+
+def load_balancing_loss(router_stats, E):
+    """Switch/Mixtral's auxiliary loss: E * sum_e (fraction of routed slots to e) * (mean probability of e)."""
+    total = 0.0
+    for probs, top_i in router_stats:
+        fraction = F.one_hot(top_i, E).float().sum(dim=1).mean(dim=0) / top_i.shape[1]
+        total = total + E * (fraction * probs.mean(dim=0)).sum()
+    return total / len(router_stats)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-moe"))
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--any-corpus", action="store_true", help="accept a corpus whose SHA-256 differs")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # denormal gradients slow the CPU down by 10-100x and change nothing here
+    torch.manual_seed(a.seed)
+
+    text = tiny_moe.corpus()
+    digest = hashlib.sha256(text).hexdigest()
+    if digest != CORPUS_SHA256 and not a.any_corpus:
+        raise SystemExit(f"train_tiny_moe: the corpus's SHA-256 is {digest}, not the recorded {CORPUS_SHA256}; "
+                         "its files differ from the ones the committed model was trained on (--any-corpus to go on)")
+    train, held = tiny_moe.split(text)
+    data = torch.tensor(list(train), dtype=torch.long)
+    config = dict(CONFIG)
+    E = config["num_local_experts"]
+    generator = torch.Generator().manual_seed(a.seed)
+    w = init_weights(config, generator)
+    params = list(w.values())
+    decay = [t for n, t in w.items() if t.dim() == 2]
+    no_decay = [t for n, t in w.items() if t.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=3e-3, betas=(0.9, 0.95))
+    warmup = 60
+
+    def lr_at(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, a.steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    log = {"corpus_sha256": digest, "corpus_bytes": len(text), "train_bytes": len(train), "heldout_bytes": len(held),
+           "steps": a.steps, "batch": a.batch, "seq": a.seq, "threads": a.threads, "seed": a.seed, "loss": []}
+    start = time.time()
+    for step in range(a.steps):
+        offsets = torch.randint(0, len(data) - a.seq - 1, (a.batch,), generator=generator)
+        ids = torch.stack([data[o:o + a.seq] for o in offsets])
+        targets = torch.stack([data[o + 1:o + a.seq + 1] for o in offsets])
+        stats = []
+        logits = tiny_moe.forward(w, config, ids, router_stats=stats)
+        lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = lm + config["router_aux_loss_coef"] * load_balancing_loss(stats, E)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        if step % 50 == 0 or step == a.steps - 1:
+            log["loss"].append([step, round(lm.item(), 4)])
+            print(f"step {step:5d}  loss {lm.item():.4f}  {time.time() - start:6.1f} s", flush=True)
+    log["train_seconds"] = round(time.time() - start, 1)
+
+    os.makedirs(a.out, exist_ok=True)
+    saved = {k: v.detach().to(torch.bfloat16) for k, v in w.items()}
+    tiny_moe.write_safetensors(os.path.join(a.out, "model.safetensors"), saved, {"format": "pt"})
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    # What is evaluated and calibrated on is the saved bf16 model, read back.
+    weights, config = tiny_moe.load(a.out)
+    log["heldout_perplexity"] = round(tiny_moe.perplexity(weights, config, held), 4)
+    calibration_ids = torch.tensor(list(train[:1024]), dtype=torch.long).view(8, 128)
+    inputs = []
+    with torch.no_grad():
+        tiny_moe.forward(weights, config, calibration_ids, moe_inputs=inputs)
+    tiny_moe.write_safetensors(os.path.join(a.out, "calibration.safetensors"),
+                               {f"layers.{i}.moe_input": t.float() for i, t in enumerate(inputs)},
+                               {"source": "train_tiny_moe.py: the first 1024 training bytes, 8 windows of 128"})
+    with open(os.path.join(a.out, "heldout.bin"), "wb") as f:
+        f.write(held)
+    usage = []
+    with torch.no_grad():
+        stats = []
+        tiny_moe.forward(weights, config, calibration_ids, router_stats=stats)
+        for probs, top_i in stats:
+            usage.append([int((top_i == e).sum()) for e in range(E)])
+    log["calibration_expert_slots"] = usage
+    with open(os.path.join(a.out, "train_log.json"), "w") as f:
+        json.dump(log, f, indent=1)
+        f.write("\n")
+    print(f"held-out perplexity {log['heldout_perplexity']}, {log['train_seconds']} s; wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
