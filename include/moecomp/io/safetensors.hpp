@@ -1,7 +1,7 @@
 #pragma once
 // safetensors files and sharded checkpoints: memory-mapped reads with zero-copy views, atomic writes, and
 // model.safetensors.index.json. Needs nlohmann-json (the header's JSON is read with its SAX parser and
-// written with its serialiser); nothing else of moecomp does. Documentation: docs/io.md, "safetensors".
+// written with its serialiser), as does <moecomp/model/layout.hpp>. Documentation: docs/io.md, "safetensors".
 //
 //   io::safetensors_file f = io::read_safetensors("model.safetensors");        // checks every rule
 //   matrix_view<const bfloat16> w = f.tensor("layers.0.w1").matrix<bfloat16>(); // no copy
