@@ -1,5 +1,7 @@
 #pragma once
-// Shared by the device tests: the "needs a GPU" guard and RAII streams / cuBLAS handles.
+// Shared by the device tests: the "needs a GPU" guard, RAII streams / cuBLAS handles, and short names for
+// device views.
+#include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/context.cuh>
 
 #include <doctest/doctest.h>
@@ -10,6 +12,11 @@
 #include <string>
 
 namespace moecomp_test {
+
+template <class T>
+using dmatrix = moecomp::matrix_view<T, moecomp::device_memory>;
+template <class T>
+using dvector = moecomp::vector_view<T, moecomp::device_memory>;
 
 /// Fails the test case with a message that says what is missing; the argument checks that run before any
 /// device work do not call it, so they pass on a machine without a GPU.

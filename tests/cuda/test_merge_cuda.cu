@@ -21,10 +21,8 @@ namespace {
 using moecomp::index_t;
 namespace moe = moecomp::moe;
 using moecomp_test::device_fixture;
-template <class T>
-using dmatrix = moecomp::matrix_view<T, moecomp::device_memory>;
-template <class T>
-using dvector = moecomp::vector_view<T, moecomp::device_memory>;
+using moecomp_test::dmatrix;
+using moecomp_test::dvector;
 
 constexpr index_t experts = 4, d = 12, d_ff = 20;
 

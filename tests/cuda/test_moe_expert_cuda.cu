@@ -22,10 +22,8 @@ namespace {
 using moecomp::index_t;
 namespace moe = moecomp::moe;
 using moecomp_test::device_fixture;
-template <class T>
-using dmatrix = moecomp::matrix_view<T, moecomp::device_memory>;
-template <class T>
-using dvector = moecomp::vector_view<T, moecomp::device_memory>;
+using moecomp_test::dmatrix;
+using moecomp_test::dvector;
 
 /// An expert with host storage in W and its exact values in double (W's rounding of the draws).
 template <class W>

@@ -345,22 +345,36 @@ void write_safetensors_data(const std::vector<std::pair<safetensors_tensor_info,
   }
 }
 
-template <class Sink>
-std::uint64_t emit_safetensors(const char* function, const std::vector<safetensors_entry>& entries,
-                               const std::map<std::string, std::string>& metadata, Sink&& sink) {
-  const auto plan = safetensors_plan(function, entries, metadata);
+/// A file ready to be written: the tensors in data order and the header, every check done.
+struct safetensors_prepared {
+  std::vector<std::pair<safetensors_tensor_info, const safetensors_entry*>> plan;
+  std::string header;
+  std::uint64_t file_bytes() const noexcept { return 8 + header.size() + (plan.empty() ? 0 : plan.back().first.end); }
+};
+
+inline safetensors_prepared prepare_safetensors(const char* function, const std::vector<safetensors_entry>& entries,
+                                                const std::map<std::string, std::string>& metadata) {
+  safetensors_prepared prepared;
+  prepared.plan = safetensors_plan(function, entries, metadata);
   std::vector<safetensors_tensor_info> infos;
-  infos.reserve(plan.size());
-  for (const auto& step : plan) infos.push_back(step.first);
-  const std::string header = safetensors_header_text(infos, metadata.empty() ? nullptr : &metadata);
-  MOECOMP_EXPECTS(header.size() <= safetensors_max_header_bytes, function, ": the header would have ", header.size(),
-                  " bytes, more than the format's limit of ", safetensors_max_header_bytes);
+  infos.reserve(prepared.plan.size());
+  for (const auto& step : prepared.plan) infos.push_back(step.first);
+  prepared.header = safetensors_header_text(infos, metadata.empty() ? nullptr : &metadata);
+  MOECOMP_EXPECTS(prepared.header.size() <= safetensors_max_header_bytes, function, ": the header would have ",
+                  prepared.header.size(), " bytes, more than the format's limit of ", safetensors_max_header_bytes);
+  return prepared;
+}
+
+/// Writes a prepared file through `sink(const void*, size_t)`; returns its size.
+template <class Sink>
+std::uint64_t emit_safetensors(const safetensors_prepared& prepared, Sink&& sink) {
   unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
+  const auto n = static_cast<std::uint64_t>(prepared.header.size());
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
   sink(length, 8);
-  sink(header.data(), header.size());
-  write_safetensors_data(plan, sink);
-  return 8 + header.size() + (infos.empty() ? 0 : infos.back().end);
+  sink(prepared.header.data(), prepared.header.size());
+  write_safetensors_data(prepared.plan, sink);
+  return prepared.file_bytes();
 }
 
 }  // namespace detail
@@ -371,9 +385,10 @@ std::uint64_t emit_safetensors(const char* function, const std::vector<safetenso
 /// non-UTF-8 name, a negative extent, null data, an overflowing size).
 inline std::string serialize_safetensors(const std::vector<safetensors_entry>& entries,
                                          const std::map<std::string, std::string>& metadata = {}) {
+  const detail::safetensors_prepared prepared = detail::prepare_safetensors("serialize_safetensors", entries, metadata);
   std::string bytes;
-  detail::emit_safetensors("serialize_safetensors", entries, metadata,
-                           [&bytes](const void* p, std::size_t n) { bytes.append(static_cast<const char*>(p), n); });
+  bytes.reserve(static_cast<std::size_t>(prepared.file_bytes()));
+  detail::emit_safetensors(prepared, [&bytes](const void* p, std::size_t n) { bytes.append(static_cast<const char*>(p), n); });
   return bytes;
 }
 
@@ -382,11 +397,11 @@ inline std::string serialize_safetensors(const std::vector<safetensors_entry>& e
 inline std::uint64_t write_safetensors(const std::string& path, const std::vector<safetensors_entry>& entries,
                                        const std::map<std::string, std::string>& metadata = {},
                                        const temporary_file_hooks& hooks = {}) {
-  // Checked before the temporary exists, so that misuse leaves nothing behind.
-  (void)detail::safetensors_plan("write_safetensors", entries, metadata);
+  // Everything is checked before the temporary exists, so that misuse leaves nothing behind.
+  const detail::safetensors_prepared prepared = detail::prepare_safetensors("write_safetensors", entries, metadata);
   detail::atomic_file_writer writer(path, "write_safetensors", hooks);
-  const std::uint64_t size = detail::emit_safetensors("write_safetensors", entries, metadata,
-                                                      [&writer](const void* p, std::size_t n) { writer.write(p, n); });
+  const std::uint64_t size =
+      detail::emit_safetensors(prepared, [&writer](const void* p, std::size_t n) { writer.write(p, n); });
   writer.commit();
   return size;
 }

@@ -107,7 +107,14 @@ class safetensors_header_reader {
 
   const std::string& error() const noexcept { return error_; }
 
-  bool null() { return scalar("null"); }
+  bool null() {
+    if (state_ == state::top_value && key_ == "__metadata__") {  // serde reads null as "no metadata"
+      out_.has_metadata = false;
+      state_ = state::top;
+      return true;
+    }
+    return scalar("null");
+  }
   bool boolean(bool) { return scalar("a boolean"); }
   bool number_integer(json::number_integer_t value) {
     if (state_ == state::skip) return skip_scalar();
@@ -280,11 +287,6 @@ class safetensors_header_reader {
       case state::start: return refuse("the header must be a JSON object, got ", what);
       case state::top_value:
         if (key_ == "__metadata__") {
-          if (std::strcmp(what, "null") == 0) {  // serde reads null as "no metadata"
-            out_.has_metadata = false;
-            state_ = state::top;
-            return true;
-          }
           return refuse("\"__metadata__\" must be a string-to-string map, got ", what);
         }
         return refuse("tensor '", key_, "' must be an object with dtype, shape and data_offsets, got ", what);
