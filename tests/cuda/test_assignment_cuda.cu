@@ -127,11 +127,19 @@ TEST_CASE_TEMPLATE("device auction is exact on integer costs and deterministic",
 TEST_CASE("device auction: ties go to the lowest row and column; warm start from returned prices") {
   stream_fixture f;
   const moecomp::cuda_context ctx(f.stream);
-  // All-equal costs: every row bids on column 0 first, row 0 wins it; then row 1 wins column 1, and so on.
+  // All-equal costs in one phase (epsilon fixed): every row bids on column 0 first and row 0 wins it; then
+  // row 1 wins column 1, and so on. (With epsilon scaling the later phases start from unequal prices, and
+  // the flat problem ends at another optimal permutation: 4 x 4 gives {1, 3, 2, 0}, as a transcription of
+  // the rule in Python also gives.)
   const moecomp::host_matrix<double> flat(4, 4, 0.0);
-  const device_answer ties = run_device(ctx, ot::auction_params{}, flat);
+  ot::auction_params one_phase;
+  one_phase.epsilon_initial = one_phase.epsilon_final = 0.25;
+  const device_answer ties = run_device(ctx, one_phase, flat);
   CHECK(ties.row_to_column == std::vector<index_t>{0, 1, 2, 3});
   CHECK(ties.result.cost == 0.0);
+  CHECK(ties.result.phases == 1);
+  const device_answer scaled = run_device(ctx, ot::auction_params{}, flat);
+  CHECK(scaled.row_to_column == std::vector<index_t>{1, 3, 2, 0});
 
   const auto cost = random_costs<double>(120, 120, 11, false);
   moecomp::device_buffer<double> c(ctx, 120 * 120), prices(ctx, 120);

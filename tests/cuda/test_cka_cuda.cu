@@ -98,22 +98,25 @@ TEST_CASE_TEMPLATE("device cka_matrix equals the host's, repeats bit for bit, ta
   const index_t e = 4, n = 260, d = 16;
   const auto stacked = normal_matrix<T>(e * n, d, 3);
   const auto device_stack = upload(ctx, stacked, d);
+  // both routes: the gram route's Grams come from one strided-batched GEMM (the inputs share a width)
   for (auto kernel : {sim::cka_kernel::linear, sim::cka_kernel::rbf})
-    for (bool unbiased : {false, true}) {
-      const auto params = params_of(kernel, unbiased, sim::cka_route::automatic);
-      moecomp::host_matrix<double> host(e, e), first(e, e), second(e, e);
-      (void)moecomp_test::host_cka_matrix<T>(params, moecomp::split_rows(stacked.const_view(), e), host.view());
-      const auto stack = moecomp::split_rows(device_stack.view(e * n, d).as_const(), e);
-      const auto r = sim::cka_matrix<T>(ctx, params, stack, first.view());
-      CHECK(r.ok());
-      moecomp::device_buffer<std::byte> ws(ctx, static_cast<index_t>(sim::cka_matrix_workspace_size<T>(params, e, n, d)));
-      (void)sim::cka_matrix<T>(ctx, params, stack, second.view(), ws.view());
-      for (index_t a = 0; a < e; ++a)
-        for (index_t b = 0; b < e; ++b) {
-          CHECK(std::abs(first(a, b) - host(a, b)) <= tolerance<T>());
-          CHECK(second(a, b) == first(a, b));
-        }
-    }
+    for (bool unbiased : {false, true})
+      for (auto route : {sim::cka_route::feature, sim::cka_route::gram}) {
+        if (kernel == sim::cka_kernel::rbf && route == sim::cka_route::feature) continue;
+        const auto params = params_of(kernel, unbiased, route);
+        moecomp::host_matrix<double> host(e, e), first(e, e), second(e, e);
+        (void)moecomp_test::host_cka_matrix<T>(params, moecomp::split_rows(stacked.const_view(), e), host.view());
+        const auto stack = moecomp::split_rows(device_stack.view(e * n, d).as_const(), e);
+        const auto r = sim::cka_matrix<T>(ctx, params, stack, first.view());
+        CHECK(r.ok());
+        moecomp::device_buffer<std::byte> ws(ctx, static_cast<index_t>(sim::cka_matrix_workspace_size<T>(params, e, n, d)));
+        (void)sim::cka_matrix<T>(ctx, params, stack, second.view(), ws.view());
+        for (index_t a = 0; a < e; ++a)
+          for (index_t b = 0; b < e; ++b) {
+            CHECK(std::abs(first(a, b) - host(a, b)) <= tolerance<T>());
+            CHECK(second(a, b) == first(a, b));
+          }
+      }
 }
 
 TEST_CASE("device cka reports a constant input as the host does") {

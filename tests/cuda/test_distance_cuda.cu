@@ -83,11 +83,14 @@ std::vector<T> download(const moecomp::cuda_context& ctx, const moecomp::device_
 
 /// Compares `got` with `want` elementwise: NaN exactly where `want` is NaN, otherwise
 /// |got - want| <= tol (|want| + scale), scale = the largest finite |want| (a mixed absolute / relative
-/// bound: the GEMM's rounding error is relative to the data's scale, not to each distance).
+/// bound: the GEMM's rounding error is relative to the data's scale, not to each distance), and at least
+/// `min_scale`: cosine and correlation distances are 1 - cos, whose rounding is relative to 1 even where every
+/// distance is 0 (d = 1 with rows of one sign: the host's direct recomputation leaves ~1e-33, the device 0).
 template <class T>
-void check_close(const std::vector<T>& got, const std::vector<T>& want, double tol, const std::string& what) {
+void check_close(const std::vector<T>& got, const std::vector<T>& want, double tol, const std::string& what,
+                 double min_scale = 0.0) {
   REQUIRE(got.size() == want.size());
-  double scale = 0.0;
+  double scale = min_scale;
   for (T w : want)
     if (std::isfinite(static_cast<double>(w))) scale = std::max(scale, std::fabs(static_cast<double>(w)));
   std::size_t bad = 0, first_bad = 0;
@@ -141,6 +144,7 @@ void compare_with_host(const device_fixture& fx, metric m, index_t n, index_t m_
   params.metric = m;
   const auto x = test_matrix<T>(n, d, seed);
   const auto y = test_matrix<T>(m_rows, d, seed + 1000);
+  const double min_scale = (m == dist::metric::cosine || m == dist::metric::correlation) ? 1.0 : 0.0;
   const std::string where = std::string(dist::to_string(m)) + " " + (std::is_same_v<T, float> ? "float" : "double") +
                             " n=" + std::to_string(n) + " m=" + std::to_string(m_rows) + " d=" + std::to_string(d);
 
@@ -158,7 +162,7 @@ void compare_with_host(const device_fixture& fx, metric m, index_t n, index_t m_
     const auto got = dense_from_strided(download(ctx, out), n, n, stride, where + " square");
     moecomp::host_matrix<T> want(n, n);
     moecomp_test::host_pairwise_distances<T>(params, x.const_view(), want.view());
-    check_close(got, want.storage(), tolerance<T>(), where + " square");
+    check_close(got, want.storage(), tolerance<T>(), where + " square", min_scale);
     // exact symmetry and zero diagonal
     std::size_t asymmetric = 0, nonzero_diagonal = 0;
     for (index_t i = 0; i < n; ++i) {
@@ -183,7 +187,8 @@ void compare_with_host(const device_fixture& fx, metric m, index_t n, index_t m_
                                         where + " condensed");
     moecomp::host_vector<T> want(size);
     moecomp_test::host_pairwise_distances_condensed<T>(params, x.const_view(), want.view());
-    check_close(std::vector<T>(got.begin(), got.begin() + size), want.storage(), tolerance<T>(), where + " condensed");
+    check_close(std::vector<T>(got.begin(), got.begin() + size), want.storage(), tolerance<T>(), where + " condensed",
+                min_scale);
   }
   // x against y
   {
@@ -193,7 +198,7 @@ void compare_with_host(const device_fixture& fx, metric m, index_t n, index_t m_
     const auto got = dense_from_strided(download(ctx, out), n, m_rows, stride, where + " cross");
     moecomp::host_matrix<T> want(n, m_rows);
     moecomp_test::host_pairwise_distances<T>(params, x.const_view(), y.const_view(), want.view());
-    check_close(got, want.storage(), tolerance<T>(), where + " cross");
+    check_close(got, want.storage(), tolerance<T>(), where + " cross", min_scale);
   }
 }
 
@@ -469,12 +474,23 @@ TEST_CASE_TEMPLATE("a caller's workspace: exact size, any alignment, no allocati
     check_close(download(plain, condensed), want_condensed.storage(), tolerance<T>(), name + " condensed");
     check_close(download(plain, cross), want_cross.storage(), tolerance<T>(), name + " cross");
 
-    // too small, or strided: refused before anything is enqueued
+    // too small, or strided: refused before anything is enqueued. (The square form is checked against its
+    // own need, which the size query does not give alone: for x_rows == y_rows it covers both forms.)
     CHECK(contains(invalid_argument_message([&] {
-                     dist::pairwise_distances(ctx, params, dx.view(n, d), square.view(n, n),
-                                              workspace(square_bytes - 1));
+                     dist::pairwise_distances(ctx, params, dx.view(n, d), dy.view(m_rows, d), cross.view(n, m_rows),
+                                              workspace(cross_bytes - 1));
                    }),
-                   "pairwise_distances: workspace must have at least " + std::to_string(square_bytes) + " bytes"));
+                   "pairwise_distances: workspace must have at least " + std::to_string(cross_bytes) + " bytes"));
+    CHECK(contains(invalid_argument_message([&] {
+                     dist::pairwise_distances(ctx, params, dx.view(n, d), square.view(n, n), workspace(1));
+                   }),
+                   "pairwise_distances: workspace must have at least "));
+    CHECK(contains(invalid_argument_message([&] {
+                     dist::pairwise_distances_condensed(ctx, params, dx.view(n, d), condensed.view(),
+                                                        workspace(condensed_bytes - 1));
+                   }),
+                   "pairwise_distances_condensed: workspace must have at least " + std::to_string(condensed_bytes) +
+                       " bytes"));
     CHECK(contains(invalid_argument_message([&] {
                      dist::pairwise_distances_condensed(ctx, params, dx.view(n, d), condensed.view(),
                                                         moecomp::make_device_vector_view(storage.data(), 4, 2));

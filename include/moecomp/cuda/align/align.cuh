@@ -12,8 +12,7 @@
 // Checks: shapes on the host; p's values are not checked (device memory): it must be a permutation of 0..d_ff-1
 // (check it on the host first with align::permute_neurons' rules when it comes from outside).
 //
-// NOT RUN ON HARDWARE: no machine this was developed on has a GPU. It compiles with tests/cuda/
-// test_merge_cuda.cu, which waits for `ctest -L cuda` on a GPU.
+// Hardware: tests/cuda/test_merge_cuda.cu passes on an H100 (2026-11-26); see docs/cuda.md.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

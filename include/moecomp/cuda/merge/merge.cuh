@@ -21,8 +21,7 @@
 // Checks: shapes, ids, finite coefficients and n on the host; the permutations' values are not checked (they
 // are in device memory): entries outside [0, d_ff) read out of bounds.
 //
-// NOT RUN ON HARDWARE: no machine this was developed on has a GPU. It compiles with tests/cuda/
-// test_merge_cuda.cu, which waits for `ctest -L cuda` on a GPU; the per-element sum
+// Hardware: tests/cuda/test_merge_cuda.cu passes on an H100 (2026-11-26; docs/cuda.md); the per-element sum
 // (core/detail/expert_gather.hpp) is exercised on the host by tests/test_merge.cpp.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>

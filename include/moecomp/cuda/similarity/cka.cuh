@@ -24,8 +24,8 @@
 // Determinism: no atomics; fixed orders; cuBLAS and CUB reductions are run-to-run deterministic on one GPU.
 // Limits: n, d and (gram route) n^2 at most 2^31 - 1.
 //
-// NOT RUN ON HARDWARE: no machine this was developed on has a GPU. It compiles at -Werror for sm_80 and
-// sm_90; tests/cuda/test_cka_cuda.cu is compiled and waits for `ctest -L cuda` on a GPU.
+// Hardware: tests/cuda/test_cka_cuda.cu passes on an H100 (2026-11-26); sm_80 compiled, not run. See
+// docs/cuda.md.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/similarity/cka_types.hpp>

@@ -8,6 +8,14 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace detail {
 
+/// Sum of `value` over the 32 lanes of a full warp in a fixed shuffle tree, returned to lane 0 (the other
+/// lanes hold partial sums). Every lane must call it.
+__device__ __forceinline__ double warp_sum(double value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(0xffffffffu, value, offset);
+  return value;
+}
+
 /// Shared-memory doubles block_sum needs for a block of BlockSize threads.
 template <int BlockSize>
 inline constexpr int block_sum_scratch = BlockSize / 32 + 1;
@@ -22,14 +30,11 @@ __device__ __forceinline__ double block_sum(double value, double* scratch) {
   constexpr int warps = BlockSize / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(0xffffffffu, value, offset);
+  value = warp_sum(value);
   if (lane == 0) scratch[warp] = value;
   __syncthreads();
   if (warp == 0) {
-    value = lane < warps ? scratch[lane] : 0.0;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_down_sync(0xffffffffu, value, offset);
+    value = warp_sum(lane < warps ? scratch[lane] : 0.0);
     if (lane == 0) scratch[warps] = value;
   }
   __syncthreads();

@@ -86,5 +86,29 @@ inline void gemm_abt(cublasHandle_t handle, index_t p, index_t w, index_t d, con
                                  g, static_cast<int>(ldg)));
 }
 
+/// gemm_abt over `batches` problems at once (cublas<t>gemmStridedBatched): problem k reads A and B at
+/// k * stride_ab elements from a and b and writes G at k * stride_g. One launch fills the GPU where each
+/// problem alone is too small to (a thin product with a long inner dimension, say).
+inline void gemm_abt_batched(cublasHandle_t handle, index_t p, index_t w, index_t d, const float* a, index_t lda,
+                             const float* b, index_t ldb, index_t stride_ab, float* g, index_t ldg, index_t stride_g,
+                             index_t batches) {
+  const float one = 1.0f, zero = 0.0f;
+  MOECOMP_CUBLAS_TRY(cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w),
+                                               static_cast<int>(p), static_cast<int>(d), &one, b, static_cast<int>(ldb),
+                                               static_cast<long long>(stride_ab), a, static_cast<int>(lda),
+                                               static_cast<long long>(stride_ab), &zero, g, static_cast<int>(ldg),
+                                               static_cast<long long>(stride_g), static_cast<int>(batches)));
+}
+inline void gemm_abt_batched(cublasHandle_t handle, index_t p, index_t w, index_t d, const double* a, index_t lda,
+                             const double* b, index_t ldb, index_t stride_ab, double* g, index_t ldg, index_t stride_g,
+                             index_t batches) {
+  const double one = 1.0, zero = 0.0;
+  MOECOMP_CUBLAS_TRY(cublasDgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w),
+                                               static_cast<int>(p), static_cast<int>(d), &one, b, static_cast<int>(ldb),
+                                               static_cast<long long>(stride_ab), a, static_cast<int>(lda),
+                                               static_cast<long long>(stride_ab), &zero, g, static_cast<int>(ldg),
+                                               static_cast<long long>(stride_g), static_cast<int>(batches)));
+}
+
 }  // namespace detail
 MOECOMP_NAMESPACE_END

@@ -2,14 +2,15 @@
 // Device implementation of HSIC and CKA (<moecomp/cuda/similarity/cka.cuh>): the host's products
 // (<moecomp/similarity/detail/cka_host.hpp>) with every pass on the GPU, in T.
 //
-//   centring:  column means (one thread per column, rows in order, double), the rows' squared norms of the
-//              centred features (one thread per row), their total by cub::DeviceReduce, then the scaled
+//   centring:  column means (32 columns x 32 row slices per block, double), the rows' squared norms of the
+//              centred features (one warp per row), their total by cub::DeviceReduce, then the scaled
 //              features written row-major (gram route) or transposed (feature route);
-//   gram:      the full n x n Gram by one cuBLAS GEMM per input; RBF: squared distances, the median by
-//              cub::DeviceRadixSort of the n^2 distances, the kernel values; centring by row sums (one thread
+//   gram:      the full n x n Grams by one cuBLAS strided-batched GEMM (inputs of one width; else one GEMM
+//              per input); RBF: squared distances, the median by
+//              cub::DeviceRadixSort of the n^2 distances, the kernel values; centring by row sums (one warp
 //              per row, in double), cub::DeviceReduce for the means' total, one pass over the entries;
-//   products:  gram: one cuBLAS GEMM per chunk of 2^16 entries over the E vectorised Grams, each chunk's
-//              E x E accumulated in double in chunk order; feature: one GEMM per pair (X_a^T X_b) and a
+//   products:  gram: cuBLAS GEMMs over chunks of 2^13 entries of the E vectorised Grams (strided-batched,
+//              up to 1024 chunks a launch), each chunk's E x E accumulated in double in chunk order; feature: one GEMM per pair (X_a^T X_b) and a
 //              deterministic block sum of its squares; the debiased correction's row-norm dot products by
 //              cublasDgemm.
 // The per-element rules are the host's (similarity/detail/cka_rules.hpp).
@@ -48,8 +49,17 @@ using similarity::detail::rbf_value;
 using similarity::detail::squared_distance_from_gram;
 
 inline constexpr int cka_block = 256;
-/// Entries of the vectorised Grams per product GEMM (each chunk's E x E goes to double).
-inline constexpr index_t cka_product_chunk = index_t(1) << 16;
+/// Entries of the vectorised Grams per product GEMM (each chunk's E x E goes to double: float sums run
+/// over at most 2^13 terms).
+inline constexpr index_t cka_product_chunk = index_t(1) << 13;
+
+/// Full chunks per batched launch: as many as there are, at most 1024 and at most 2^22 result entries
+/// (the workspace of their E x E products). Many chunks in one launch are what fill the GPU: each
+/// E x E x 2^13 product alone is one or a few thread blocks.
+inline index_t cka_chunks_per_batch(index_t n, index_t e) {
+  const index_t by_space = std::max<index_t>(1, (index_t(1) << 22) / std::max<index_t>(1, e * e));
+  return std::max<index_t>(1, std::min({index_t(1024), by_space, n * n / cka_product_chunk}));
+}
 
 /// One device input: n x d at row stride ld.
 template <class T>
@@ -115,7 +125,7 @@ cka_device_plan make_cka_plan(const char* fn, const cka_params& params, index_t 
   if (p.rbf) p.sorted = layout.take(n * n, sizeof(T));
   p.reports = layout.take(p.e, sizeof(input_report));
   p.products = layout.take(p.e * p.e, sizeof(double));
-  p.chunk = layout.take(route == cka_route::gram ? p.e * p.e : p.max_d * p.max_d, sizeof(T));
+  p.chunk = layout.take(route == cka_route::gram ? cka_chunks_per_batch(n, p.e) * p.e * p.e : p.max_d * p.max_d, sizeof(T));
   p.norm_dots = layout.take(p.e * p.e, sizeof(double));
   p.cub_bytes = cka_cub_bytes<T>(n, p.rbf);
   p.cub_temp = layout.take(static_cast<index_t>(p.cub_bytes), 1);
@@ -124,29 +134,50 @@ cka_device_plan make_cka_plan(const char* fn, const cka_params& params, index_t 
 }
 
 
+/// The column-means blocks: 32 columns x cka_row_slices row slices (each slice's sum is a serial chain,
+/// so more slices, shorter chains).
+inline constexpr int cka_row_slices = 32;
+inline constexpr int column_means_block = 32 * cka_row_slices;
+
+/// means[c] = mean of column c in double. A block takes 32 adjacent columns (coalesced reads); slice s of
+/// them sums rows s, s + slices, ... in order, and the slices' partials are added in slice order: a fixed
+/// order, so the result does not depend on timing.
 template <class T>
-MOECOMP_KERNEL void __launch_bounds__(cka_block)
+MOECOMP_KERNEL void __launch_bounds__(column_means_block)
     column_means_kernel(const T* x, index_t ld, index_t n, index_t d, double* means) {
-  for (index_t c = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < d;
-       c += static_cast<index_t>(gridDim.x) * blockDim.x) {
+  __shared__ double partial[cka_row_slices][32];
+  const int lane = static_cast<int>(threadIdx.x) & 31, slice = static_cast<int>(threadIdx.x) >> 5;
+  for (index_t c0 = static_cast<index_t>(blockIdx.x) * 32; c0 < d; c0 += static_cast<index_t>(gridDim.x) * 32) {
+    const index_t c = c0 + lane;
     double s = 0;
-    for (index_t i = 0; i < n; ++i) s += static_cast<double>(x[i * ld + c]);
-    means[c] = s / static_cast<double>(n);
+    if (c < d)
+      for (index_t i = slice; i < n; i += cka_row_slices) s += static_cast<double>(x[i * ld + c]);
+    partial[slice][lane] = s;
+    __syncthreads();
+    if (slice == 0 && c < d) {
+      double total = 0;
+      for (int k = 0; k < cka_row_slices; ++k) total += partial[k][lane];
+      means[c] = total / static_cast<double>(n);
+    }
+    __syncthreads();
   }
 }
 
-/// norms[i] = ||x_i - mean||^2 in double, columns in order.
+/// norms[i] = ||x_i - mean||^2 in double: one warp per row (coalesced), lane l summing columns l, l + 32,
+/// ... in order, then warp_sum's fixed tree.
 template <class T>
 MOECOMP_KERNEL void __launch_bounds__(cka_block)
     centred_row_norms_kernel(const T* x, index_t ld, index_t n, index_t d, const double* means, double* norms) {
-  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<index_t>(gridDim.x) * blockDim.x) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const index_t warps = static_cast<index_t>(gridDim.x) * (cka_block / 32);
+  for (index_t i = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; i < n; i += warps) {
     double s = 0;
-    for (index_t c = 0; c < d; ++c) {
+    for (index_t c = lane; c < d; c += 32) {
       const double v = static_cast<double>(x[i * ld + c]) - means[c];
       s += v * v;
     }
-    norms[i] = s;
+    s = warp_sum(s);
+    if (lane == 0) norms[i] = s;
   }
 }
 
@@ -158,14 +189,14 @@ MOECOMP_KERNEL void __launch_bounds__(cka_block)
                           bool transposed, T* out, double* norms, input_report* report) {
   const double total = *squares;
   const double inv = total > 0 ? 1.0 / sqrt(total) : 0.0;
-  const index_t count = n * d;
-  for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
-       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
-    const index_t i = e / d, c = e - i * d;
-    const T v = static_cast<T>((static_cast<double>(x[i * ld + c]) - means[c]) * inv);
-    if (transposed) out[c * n + i] = v;
-    else out[i * d + c] = v;
-    if (c == 0) norms[i] *= inv * inv;
+  // a block per row, its threads along the columns (no index division)
+  for (index_t i = blockIdx.x; i < n; i += gridDim.x) {
+    for (index_t c = threadIdx.x; c < d; c += blockDim.x) {
+      const T v = static_cast<T>((static_cast<double>(x[i * ld + c]) - means[c]) * inv);
+      if (transposed) out[c * n + i] = v;
+      else out[i * d + c] = v;
+    }
+    if (threadIdx.x == 0) norms[i] *= inv * inv;
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     report->scale = sqrt(total);
@@ -177,11 +208,11 @@ MOECOMP_KERNEL void __launch_bounds__(cka_block)
 template <class T>
 MOECOMP_KERNEL void __launch_bounds__(cka_block)
     distances_kernel(T* g, index_t n, const double* norms) {
-  for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n * n;
-       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
-    const index_t i = e / n, j = e - i * n;
-    g[e] = static_cast<T>(squared_distance_from_gram(norms[i], norms[j], static_cast<double>(g[e]), i == j));
-  }
+  for (index_t i = blockIdx.x; i < n; i += gridDim.x)  // a block per row (no index division)
+    for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const index_t e = i * n + j;
+      g[e] = static_cast<T>(squared_distance_from_gram(norms[i], norms[j], static_cast<double>(g[e]), i == j));
+    }
 }
 
 /// The RBF bandwidth of one input from the sorted distances (numpy's median of the n^2 entries) or the
@@ -214,16 +245,19 @@ MOECOMP_KERNEL void __launch_bounds__(cka_block) rbf_kernel(T* g, index_t count,
     g[e] = s > 0 ? static_cast<T>(rbf_value(static_cast<double>(g[e]), factor)) : T(0);
 }
 
-/// Row means before the correction (one thread per row, columns in order, in double).
+/// Row means before the correction, in double: one warp per row (coalesced), lane l summing entries l,
+/// l + 32, ... in order, then warp_sum's fixed tree.
 template <class T>
 MOECOMP_KERNEL void __launch_bounds__(cka_block)
     gram_row_means_kernel(const T* g, index_t n, bool unbiased, double* means) {
-  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<index_t>(gridDim.x) * blockDim.x) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const index_t warps = static_cast<index_t>(gridDim.x) * (cka_block / 32);
+  for (index_t i = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; i < n; i += warps) {
     double s = 0;
-    for (index_t j = 0; j < n; ++j)
+    for (index_t j = lane; j < n; j += 32)
       if (!(unbiased && i == j)) s += static_cast<double>(g[i * n + j]);
-    means[i] = gram_row_mean(s, n, unbiased);
+    s = warp_sum(s);
+    if (lane == 0) means[i] = gram_row_mean(s, n, unbiased);
   }
 }
 
@@ -232,20 +266,24 @@ template <class T>
 MOECOMP_KERNEL void __launch_bounds__(cka_block)
     centre_gram_kernel(T* g, index_t n, const double* means, const double* total, bool unbiased) {
   const double shift = gram_mean_shift(*total, n, unbiased);
-  for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n * n;
-       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
-    const index_t i = e / n, j = e - i * n;
-    g[e] = static_cast<T>(centred_gram_entry(static_cast<double>(g[e]), means[i] - shift, means[j] - shift, i == j,
-                                             unbiased));
-  }
+  for (index_t i = blockIdx.x; i < n; i += gridDim.x)  // a block per row (no index division)
+    for (index_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const index_t e = i * n + j;
+      g[e] = static_cast<T>(centred_gram_entry(static_cast<double>(g[e]), means[i] - shift, means[j] - shift, i == j,
+                                               unbiased));
+    }
 }
 
-/// products += chunk (E x E, in double), in a fixed order.
+/// products += chunks[0] + chunks[1] + ... (each E x E, `count` entries apart), in double, chunk by chunk
+/// in order: the order of the separate launches it replaces.
 template <class T>
-MOECOMP_KERNEL void accumulate_kernel(const T* chunk, index_t count, double* products) {
+MOECOMP_KERNEL void accumulate_kernel(const T* chunks, index_t count, index_t chunk_count, double* products) {
   for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < count;
-       e += static_cast<index_t>(gridDim.x) * blockDim.x)
-    products[e] += static_cast<double>(chunk[e]);
+       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    double s = products[e];
+    for (index_t k = 0; k < chunk_count; ++k) s += static_cast<double>(chunks[k * count + e]);
+    products[e] = s;
+  }
 }
 
 /// out[0] = sum of squares of m (count entries), one block (fixed order: deterministic).
@@ -291,22 +329,41 @@ cka_device_products run_cka_products(const cuda_context& ctx, const cka_params& 
   for (index_t e = 0; e < e_count; ++e) {
     const device_input<T>& in = inputs[static_cast<std::size_t>(e)];
     double* norms = row_norms + e * n;
-    column_means_kernel<T><<<grid_for(in.d, cka_block), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means);
+    column_means_kernel<T><<<grid_for(in.d, 32), column_means_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means);
     MOECOMP_CUDA_TRY(cudaGetLastError());
-    centred_row_norms_kernel<T><<<grid_for(n, cka_block), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means, norms);
+    centred_row_norms_kernel<T><<<grid_for(n * 32, cka_block), cka_block, 0, ctx.stream>>>(in.x, in.ld, n, in.d, means, norms);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     std::size_t bytes = plan.cub_bytes;
     MOECOMP_CUDA_TRY(cub::DeviceReduce::Sum(at<std::byte>(base, plan.cub_temp), bytes, norms, scalars,
                                             static_cast<int>(n), ctx.stream));
     T* x = features + offsets[static_cast<std::size_t>(e)];
-    scale_features_kernel<T><<<grid_for(n * in.d, cka_block), cka_block, 0, ctx.stream>>>(
+    scale_features_kernel<T><<<grid_for(n, 1), cka_block, 0, ctx.stream>>>(
         in.x, in.ld, n, in.d, means, scalars, transposed, x, norms, reports + e);
     MOECOMP_CUDA_TRY(cudaGetLastError());
-    if (transposed) continue;
+  }
+  if (!transposed) {
+    // The Grams: one strided-batched GEMM when every input has the same width (the features lie n x d apart),
+    // which fills the GPU where one n x n product alone may not; else one GEMM per input.
+    T* grams = at<T>(base, plan.grams);
+    bool uniform = true;
+    for (const auto& in : inputs) uniform = uniform && in.d == inputs.front().d;
+    if (uniform && e_count > 1) {
+      const index_t d = inputs.front().d;
+      gemm_abt_batched(blas.handle(), n, n, d, features, d, features, d, n * d, grams, n, n * n, e_count);
+    } else {
+      for (index_t e = 0; e < e_count; ++e) {
+        const index_t d = inputs[static_cast<std::size_t>(e)].d;
+        const T* x = features + offsets[static_cast<std::size_t>(e)];
+        gemm_abt(blas.handle(), n, n, d, x, d, x, d, grams + e * n * n, n);
+      }
+    }
+  }
+  for (index_t e = 0; e < e_count && !transposed; ++e) {
+    double* norms = row_norms + e * n;
+    std::size_t bytes = plan.cub_bytes;
     T* g = at<T>(base, plan.grams) + e * n * n;
-    gemm_abt(blas.handle(), n, n, in.d, x, in.d, x, in.d, g, n);
     if (plan.rbf) {
-      distances_kernel<T><<<grid_for(n * n, cka_block), cka_block, 0, ctx.stream>>>(g, n, norms);
+      distances_kernel<T><<<grid_for(n, 1), cka_block, 0, ctx.stream>>>(g, n, norms);
       MOECOMP_CUDA_TRY(cudaGetLastError());
       if (params.sigma <= 0) {
         bytes = plan.cub_bytes;
@@ -320,22 +377,32 @@ cka_device_products run_cka_products(const cuda_context& ctx, const cka_params& 
       rbf_kernel<T><<<grid_for(n * n, cka_block), cka_block, 0, ctx.stream>>>(g, n * n, reports + e);
       MOECOMP_CUDA_TRY(cudaGetLastError());
     }
-    gram_row_means_kernel<T><<<grid_for(n, cka_block), cka_block, 0, ctx.stream>>>(g, n, params.unbiased, row_sums);
+    gram_row_means_kernel<T><<<grid_for(n * 32, cka_block), cka_block, 0, ctx.stream>>>(g, n, params.unbiased, row_sums);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     bytes = plan.cub_bytes;
     MOECOMP_CUDA_TRY(cub::DeviceReduce::Sum(at<std::byte>(base, plan.cub_temp), bytes, row_sums, scalars + 1,
                                             static_cast<int>(n), ctx.stream));
-    centre_gram_kernel<T><<<grid_for(n * n, cka_block), cka_block, 0, ctx.stream>>>(g, n, row_sums, scalars + 1, params.unbiased);
+    centre_gram_kernel<T><<<grid_for(n, 1), cka_block, 0, ctx.stream>>>(g, n, row_sums, scalars + 1, params.unbiased);
     MOECOMP_CUDA_TRY(cudaGetLastError());
   }
   MOECOMP_CUDA_TRY(cudaMemsetAsync(products, 0, sizeof(double) * static_cast<std::size_t>(e_count * e_count), ctx.stream));
   if (!transposed) {
     const T* grams = at<T>(base, plan.grams);
-    for (index_t first = 0; first < n * n; first += cka_product_chunk) {
-      const index_t len = std::min(cka_product_chunk, n * n - first);
-      gemm_abt(blas.handle(), e_count, e_count, len, grams + first, n * n, grams + first, n * n, chunk, e_count);
-      accumulate_kernel<T><<<grid_for(e_count * e_count, cka_block), cka_block, 0, ctx.stream>>>(chunk, e_count * e_count,
-                                                                                       products);
+    // Full chunks a batch at a time (one launch fills the GPU; a single E x E x 2^13 product would not),
+    // then the shorter last chunk.
+    const index_t ee = e_count * e_count, full = n * n / cka_product_chunk, per_batch = cka_chunks_per_batch(n, e_count);
+    for (index_t first = 0; first < full; first += per_batch) {
+      const index_t count = std::min(per_batch, full - first);
+      const T* start = grams + first * cka_product_chunk;
+      gemm_abt_batched(blas.handle(), e_count, e_count, cka_product_chunk, start, n * n, start, n * n,
+                       cka_product_chunk, chunk, e_count, ee, count);
+      accumulate_kernel<T><<<grid_for(ee, cka_block), cka_block, 0, ctx.stream>>>(chunk, ee, count, products);
+      MOECOMP_CUDA_TRY(cudaGetLastError());
+    }
+    if (const index_t rest = n * n - full * cka_product_chunk; rest > 0) {
+      const T* start = grams + full * cka_product_chunk;
+      gemm_abt(blas.handle(), e_count, e_count, rest, start, n * n, start, n * n, chunk, e_count);
+      accumulate_kernel<T><<<grid_for(ee, cka_block), cka_block, 0, ctx.stream>>>(chunk, ee, 1, products);
       MOECOMP_CUDA_TRY(cudaGetLastError());
     }
   } else {
