@@ -695,6 +695,12 @@ void output_files::create_temporary_directory() {
   throw moecomp::io_error("cannot create a temporary directory beside '" + directory_target_ + "'");
 }
 
+std::string output_files::staging_directory() {
+  if (directory_target_.empty()) throw usage_error("option -o: an output directory is required");
+  if (directory_temporary_.empty()) create_temporary_directory();
+  return directory_temporary_;
+}
+
 void output_files::discard_temporary_directory() noexcept {
   if (directory_temporary_.empty()) return;
   std::error_code ignored;

@@ -180,6 +180,10 @@ class output_files {
   /// whole); a run that fails before leaves no partial directory.
   template <class View>
   void stage_in_directory(const std::string& name, View view);
+  /// For a command whose -o is a directory: the temporary directory beside the target (created at the first
+  /// call), for a command that writes its files there itself. commit() renames it into place; a run that
+  /// fails or is interrupted before removes it whole.
+  std::string staging_directory();
   /// Writes a residual file for `option` to its temporary file (nothing if the option was not given).
   void stage_residual(const std::string& option, const moecomp::sparse::sparse_matrix_view& m);
   /// Renames every staged file over its target, then the staged directory over its target.

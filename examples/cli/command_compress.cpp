@@ -1,0 +1,981 @@
+// moecomp compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|prune [options]: a Hugging Face MoE
+// checkpoint in, a compressed checkpoint and a report out, one MoE layer at a time. Without MODEL_DIR it
+// compresses the embedded model (models/tiny-moe). The contract: docs/cli.md; the methods: docs/compress.md.
+//
+// The pipeline per MoE layer: load the layer (model::load_moe_layer, float), read its calibration tokens
+// (`layers.{i}.moe_input` of --calibration), compute the method's new layer (a stack of experts, the
+// router-id -> expert map, the router rows), measure the layer's output error on the calibration tokens
+// (moe::moe_layer_forward of the original and of the new layer), and write the layer's tensors as the next
+// shard, in the dtype each tensor had. The other tensors are written from the input's mapping, unconverted.
+// Everything goes to a temporary directory beside OUT_DIR that is renamed into place at the end.
+#include "cli.hpp"
+
+#include <moecomp/cluster/fcluster.hpp>
+#include <moecomp/cluster/grouping.hpp>
+#include <moecomp/cluster/linkage.hpp>
+#include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/io/safetensors.hpp>
+#include <moecomp/merge/merge.hpp>
+#include <moecomp/model/layout.hpp>
+#include <moecomp/moe/features.hpp>
+#include <moecomp/moe/ffn.hpp>
+#include <moecomp/moe/layer.hpp>
+#include <moecomp/similarity/cka.hpp>
+#include <moecomp/similarity/partition.hpp>
+#include <moecomp/version.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+
+namespace moecomp_cli {
+
+const std::vector<std::pair<std::string, std::string>>& builtin_layouts();
+
+namespace {
+
+using moecomp::index_t;
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------------------------------------- interrupts
+
+// Ctrl-C (and SIGTERM, SIGHUP) during a compression set a flag that the pipeline checks between steps: the
+// command then unwinds, and output_files removes the temporary directory (a signal handler cannot remove a
+// directory tree safely). Each step is short, so the wait is short.
+volatile std::sig_atomic_t interrupt_signal = 0;
+extern "C" void note_interrupt(int signal_number) { interrupt_signal = signal_number; }
+
+struct interrupted {
+  int signal_number;
+};
+
+class interrupt_guard {
+ public:
+  interrupt_guard() {
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction action {};
+      action.sa_handler = note_interrupt;
+      sigemptyset(&action.sa_mask);
+      struct sigaction old {};
+      sigaction(s, &action, &old);
+      saved_.emplace_back(s, old);
+    }
+  }
+  ~interrupt_guard() {
+    for (auto& [s, old] : saved_) sigaction(s, &old, nullptr);
+  }
+  static void check() {
+    if (interrupt_signal != 0) throw interrupted{static_cast<int>(interrupt_signal)};
+  }
+
+ private:
+  std::vector<std::pair<int, struct sigaction>> saved_;
+};
+
+// ---------------------------------------------------------------------------------------------- progress
+
+/// "layer i of L, step, elapsed, ETA" on stderr: redrawn in place on a terminal, one line per update with
+/// --progress, nothing with --quiet or when stderr is not a terminal.
+class progress_display {
+ public:
+  progress_display(bool terminal, bool lines, index_t layers) : terminal_(terminal), lines_(lines), layers_(layers) {}
+  void update(index_t layer, const std::string& name, const std::string& step) {
+    interrupt_guard::check();
+    if (!terminal_ && !lines_) return;
+    const double elapsed = seconds();
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(1);
+    s << "layer " << layer + 1 << " of " << layers_ << " (" << name << "): " << step << ", " << elapsed << " s";
+    if (layer > 0) s << ", about " << elapsed / static_cast<double>(layer) * static_cast<double>(layers_ - layer) << " s left";
+    if (terminal_) std::fprintf(stderr, "\r\033[K%s", s.str().c_str());
+    else std::fprintf(stderr, "moecomp: compress: %s\n", s.str().c_str());
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (terminal_) std::fprintf(stderr, "\r\033[K");
+  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  bool terminal_, lines_;
+  index_t layers_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// ---------------------------------------------------------------------------------------------- options
+
+enum class method { hc_smoe, cka_merge, prune };
+
+method parse_method(const std::string& name) {
+  if (name == "hc-smoe") return method::hc_smoe;
+  if (name == "cka-merge") return method::cka_merge;
+  if (name == "prune") return method::prune;
+  if (name == "resmoe" || name == "moefy")
+    throw usage_error("option --method: '" + name + "' is not built yet in compress (hc-smoe, cka-merge and prune "
+                      "are); see docs/compress.md, \"Status\"");
+  throw usage_error("option --method: expected hc-smoe, cka-merge or prune, got '" + name + "'");
+}
+
+const char* method_name(method m) {
+  switch (m) {
+    case method::hc_smoe: return "hc-smoe";
+    case method::cka_merge: return "cka-merge";
+    case method::prune: return "prune";
+  }
+  return "?";
+}
+
+/// Picks one of `choices` for `option`; usage_error listing them otherwise.
+std::string choose(const arguments& args, const std::string& option, const std::vector<std::string>& choices,
+                   const std::string& fallback) {
+  const std::string v = args.value_or(option, fallback);
+  if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+  std::string list;
+  for (std::size_t i = 0; i < choices.size(); ++i) list += (i ? i + 1 == choices.size() ? " or " : ", " : "") + choices[i];
+  throw usage_error("option " + option + ": expected " + list + ", got '" + v + "'");
+}
+
+struct settings {
+  method how = method::hc_smoe;
+  index_t experts = 0;                 // per layer after compression
+  std::string features = "outputs";    // hc-smoe: outputs | router-logits | weights
+  moecomp::cluster::linkage_method linkage = moecomp::cluster::linkage_method::average;
+  moecomp::merge::merge_method merge = moecomp::merge::merge_method::frequency;
+  std::string similarity = "cka";      // cka-merge: cka | weights | surrogate
+  std::string criterion = "frequency"; // prune: frequency | reap
+  std::uint64_t seed = 0;
+  std::string calibration;             // file, or empty: none
+};
+
+// ---------------------------------------------------------------------------------------------- tensors
+
+/// A tensor this run computed, stored in the dtype its original had.
+struct owned_tensor {
+  std::string name;
+  moecomp::io::safetensors_dtype dtype;
+  std::vector<index_t> shape;
+  std::vector<unsigned char> bytes;
+};
+
+std::size_t float_item_size(moecomp::io::safetensors_dtype dtype, const std::string& name) {
+  using moecomp::io::safetensors_dtype;
+  switch (dtype) {
+    case safetensors_dtype::f32: return 4;
+    case safetensors_dtype::f64: return 8;
+    case safetensors_dtype::bf16:
+    case safetensors_dtype::f16: return 2;
+    default: break;
+  }
+  throw usage_error("compress: tensor '" + name + "' is stored as " + std::string(moecomp::io::to_string(dtype)) +
+                    "; compress writes merged experts as F32, F64, BF16 or F16 only");
+}
+
+/// Appends `count` floats to `out`, converted to `dtype` (one rounding, to nearest even).
+void append_encoded(const float* src, std::size_t count, moecomp::io::safetensors_dtype dtype,
+                    std::vector<unsigned char>& out) {
+  using moecomp::io::safetensors_dtype;
+  const std::size_t at = out.size();
+  switch (dtype) {
+    case safetensors_dtype::f32:
+      out.resize(at + 4 * count);
+      std::memcpy(out.data() + at, src, 4 * count);
+      return;
+    case safetensors_dtype::f64: {
+      out.resize(at + 8 * count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const double v = src[i];
+        std::memcpy(out.data() + at + 8 * i, &v, 8);
+      }
+      return;
+    }
+    case safetensors_dtype::bf16: {
+      out.resize(at + 2 * count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const moecomp::bfloat16 v(src[i]);
+        std::memcpy(out.data() + at + 2 * i, &v, 2);
+      }
+      return;
+    }
+    case safetensors_dtype::f16: {
+      out.resize(at + 2 * count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const moecomp::half v(src[i]);
+        std::memcpy(out.data() + at + 2 * i, &v, 2);
+      }
+      return;
+    }
+    default: break;
+  }
+}
+
+/// Rounds `values` in place to what `dtype` stores, so that the errors this run reports are those of the
+/// checkpoint it writes.
+void round_to_storage(std::vector<float>& values, moecomp::io::safetensors_dtype dtype) {
+  using moecomp::io::safetensors_dtype;
+  if (dtype == safetensors_dtype::bf16)
+    for (float& v : values) v = static_cast<float>(moecomp::bfloat16(v));
+  else if (dtype == safetensors_dtype::f16)
+    for (float& v : values) v = static_cast<float>(moecomp::half(v));
+}
+
+// ---------------------------------------------------------------------------------------------- one layer
+
+/// The compressed layer: `stack` experts (W1, W3: S x I x H; W2: S x H x I), `slots[r]` the stack expert that
+/// router id r uses (E_out entries), the router rows (E_out x H) and, where the original has them, the router
+/// bias and the correction bias (E_out each).
+struct new_layer {
+  index_t stack_experts = 0;
+  std::vector<float> w1, w3, w2;
+  std::vector<std::int64_t> slots;
+  moecomp::host_matrix<float> router;
+  std::vector<float> router_bias, correction_bias;
+  json record = json::object();  // the method's part of the report (groups, map, kept experts)
+};
+
+moecomp::moe::ffn_expert_stack_view<float> stack_view(const std::vector<float>& w1, const std::vector<float>& w3,
+                                                      const std::vector<float>& w2, index_t experts, index_t d_ff,
+                                                      index_t d_model, bool gated) {
+  moecomp::moe::ffn_expert_stack_view<float> v;
+  v.w1 = moecomp::matrix_stack_view<const float>(w1.data(), experts, d_ff, d_model);
+  if (gated) v.w3 = moecomp::matrix_stack_view<const float>(w3.data(), experts, d_ff, d_model);
+  v.w2 = moecomp::matrix_stack_view<const float>(w2.data(), experts, d_model, d_ff);
+  return v;
+}
+
+/// labels (E int64, groups 0 .. g-1) as a JSON list of member lists.
+json groups_json(const std::vector<std::int64_t>& labels) {
+  index_t g = 0;
+  for (std::int64_t l : labels) g = std::max<index_t>(g, l + 1);
+  json groups = json::array();
+  for (index_t k = 0; k < g; ++k) {
+    json members = json::array();
+    for (std::size_t e = 0; e < labels.size(); ++e)
+      if (labels[e] == k) members.push_back(e);
+    groups.push_back(members);
+  }
+  return groups;
+}
+
+/// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
+/// router keeps its E rows (id map) or gets one row per group.
+new_layer merge_layer(const moecomp::host_context& ctx, const moecomp::model::moe_layer_weights<float>& w,
+                      const std::vector<std::int64_t>& labels, const moecomp::merge::merge_params& params,
+                      moecomp::matrix_view<const float> x, const std::vector<std::int64_t>& dominants) {
+  using namespace moecomp;
+  const index_t E = w.experts, I = w.d_ff, H = w.d_model;
+  const index_t g = merge::group_count(make_vector_view(labels.data(), E));
+  new_layer out;
+  out.stack_experts = g;
+  out.w1.resize(static_cast<std::size_t>(g * I * H));
+  if (w.gated) out.w3.resize(out.w1.size());
+  out.w2.resize(out.w1.size());
+  host_matrix<float> merged_router(g, H);
+  std::vector<std::int64_t> map(static_cast<std::size_t>(E));
+  merge::merge_data<float> data;
+  data.x = x;
+  data.router = w.router.const_view();
+  if (!dominants.empty()) data.dominants = make_vector_view(dominants.data(), g);
+  merge::merge_outputs<float> outputs;
+  outputs.experts.w1 = matrix_stack_view<float>(out.w1.data(), g, I, H);
+  if (w.gated) outputs.experts.w3 = matrix_stack_view<float>(out.w3.data(), g, I, H);
+  outputs.experts.w2 = matrix_stack_view<float>(out.w2.data(), g, H, I);
+  const merge::router_rule rule = merge::resolve_router_rule(params, true);
+  if (rule != merge::router_rule::id_map) outputs.router = merged_router.view();
+  outputs.map = make_vector_view(map.data(), E);
+  const merge::merge_report report =
+      merge::merge_experts<float>(ctx, params, w.experts_view(), make_vector_view(labels.data(), E), data, outputs);
+  out.record["groups"] = groups_json(labels);
+  json dominant = json::array(), group_errors = json::array();
+  for (const auto& gr : report.groups) {
+    dominant.push_back(gr.dominant);
+    group_errors.push_back(std::isnan(gr.error) ? json(nullptr) : json(gr.error));
+  }
+  out.record["dominants"] = dominant;
+  out.record["coefficients"] = report.coefficients;
+  out.record["group_merge_errors"] = group_errors;
+  out.record["router"] = merge::to_string(report.router);
+  if (rule == merge::router_rule::id_map) {  // HC-SMoE: the router keeps its rows, each old id maps to its group
+    out.slots = map;
+    out.router = w.router;
+    out.router_bias = w.router_bias;
+    out.correction_bias = w.correction_bias;
+    out.record["id_map"] = map;
+  } else {  // one router row per group; biases merged with the same coefficients as the rows
+    out.slots.resize(static_cast<std::size_t>(g));
+    std::iota(out.slots.begin(), out.slots.end(), 0);
+    out.router = std::move(merged_router);
+    auto merge_bias = [&](const std::vector<float>& bias) {
+      std::vector<float> merged;
+      if (bias.empty()) return merged;
+      std::vector<double> sum(static_cast<std::size_t>(g), 0.0);
+      for (index_t e = 0; e < E; ++e)
+        sum[static_cast<std::size_t>(labels[static_cast<std::size_t>(e)])] +=
+            report.coefficients[static_cast<std::size_t>(e)] * static_cast<double>(bias[static_cast<std::size_t>(e)]);
+      for (double s : sum) merged.push_back(static_cast<float>(s));
+      return merged;
+    };
+    out.router_bias = merge_bias(w.router_bias);
+    out.correction_bias = merge_bias(w.correction_bias);
+  }
+  return out;
+}
+
+/// The layer's new form by `s.how`. x: the calibration tokens (0 rows without them).
+new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, const moecomp::model::moe_model& m,
+                         const moecomp::model::moe_layer_weights<float>& w, moecomp::matrix_view<const float> x,
+                         progress_display& progress, index_t layer_number, const std::string& layer_name,
+                         json& steps) {
+  using namespace moecomp;
+  const index_t E = w.experts, H = w.d_model, N = s.experts;
+  const bool calibrated = x.rows() > 0;
+  moe::ffn_params ffn;
+  ffn.act = m.activation;
+  auto timed = [&](const std::string& step, auto&& work) {
+    progress.update(layer_number, layer_name, step);
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    steps[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+
+  if (s.how == method::prune) {
+    std::vector<double> score(static_cast<std::size_t>(E), 0.0);
+    timed("scores", [&] {
+      if (s.criterion == "frequency") {
+        merge::routing_frequencies<float>(ctx, m.top_k, x, w.router.const_view(), make_vector_view(score.data(), E));
+        return;
+      }
+      // REAP's saliency: the mean over the tokens routed to e of gate weight x ||f_e(x_t)||.
+      const index_t T = x.rows(), K = gating::max_experts_per_token(model::routing_of(m), E);
+      host_matrix<float> logits(T, E), weights(T, K), norms(T, E);
+      host_matrix<std::int64_t> ids(T, K);
+      const std::vector<float>& bias = w.correction_bias;
+      moe::router_logits<float>(ctx, x, w.router.const_view(),
+                                w.router_bias.empty() ? vector_view<const float>()
+                                                      : make_vector_view(w.router_bias.data(), E),
+                                logits.view());
+      gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(),
+                                 bias.empty() ? vector_view<const float>() : make_vector_view(bias.data(), E),
+                                 ids.view(), weights.view());
+      moe::expert_output_norms<float>(ctx, ffn, w.experts_view(), x, norms.view());
+      std::vector<double> count(static_cast<std::size_t>(E), 0.0);
+      for (index_t t = 0; t < T; ++t)
+        for (index_t q = 0; q < K; ++q) {
+          const std::int64_t e = ids(t, q);
+          if (e >= E) continue;
+          score[static_cast<std::size_t>(e)] += static_cast<double>(weights(t, q)) * static_cast<double>(norms(t, e));
+          count[static_cast<std::size_t>(e)] += 1.0;
+        }
+      for (index_t e = 0; e < E; ++e)
+        if (count[static_cast<std::size_t>(e)] > 0) score[static_cast<std::size_t>(e)] /= count[static_cast<std::size_t>(e)];
+    });
+    // The N highest scores, ties to the lowest index, kept in their original order.
+    std::vector<index_t> order(static_cast<std::size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+      return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
+    });
+    std::vector<std::int64_t> kept(order.begin(), order.begin() + N);
+    std::sort(kept.begin(), kept.end());
+    new_layer out;
+    out.stack_experts = E;  // the original stack, addressed through the slots
+    out.slots = kept;
+    out.router = host_matrix<float>(N, H);
+    for (index_t r = 0; r < N; ++r)
+      for (index_t c = 0; c < H; ++c) out.router(r, c) = w.router(kept[static_cast<std::size_t>(r)], c);
+    for (std::int64_t e : kept) {
+      if (!w.router_bias.empty()) out.router_bias.push_back(w.router_bias[static_cast<std::size_t>(e)]);
+      if (!w.correction_bias.empty()) out.correction_bias.push_back(w.correction_bias[static_cast<std::size_t>(e)]);
+    }
+    out.record["criterion"] = s.criterion;
+    out.record["scores"] = score;
+    out.record["kept"] = kept;
+    return out;
+  }
+
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
+  std::vector<std::int64_t> dominants;
+  merge::merge_params params;
+  params.forward = ffn;
+  params.routing_top_k = m.top_k;
+  params.seed = s.seed;
+  params.report_errors = calibrated;
+
+  if (s.how == method::hc_smoe) {
+    host_matrix<float> features;
+    timed("features", [&] {
+      if (s.features == "outputs") {
+        features = host_matrix<float>(E, H);
+        moe::expert_mean_outputs<float>(ctx, ffn, w.experts_view(), x, features.view());
+      } else if (s.features == "router-logits") {  // each expert's logit column over the tokens
+        host_matrix<float> logits(x.rows(), E);
+        moe::router_logits<float>(ctx, x, w.router.const_view(), vector_view<const float>(), logits.view());
+        features = host_matrix<float>(E, x.rows());
+        for (index_t t = 0; t < x.rows(); ++t)
+          for (index_t e = 0; e < E; ++e) features(e, t) = logits(t, e);
+      } else {
+        features = host_matrix<float>(E, moe::vectorized_weights_size(w.experts_view()));
+        moe::vectorized_weights<float>(w.experts_view(), features.view());
+      }
+    });
+    timed("clustering", [&] {
+      cluster::linkage_params lp;
+      lp.method = s.linkage;
+      const host_matrix<double> z = cluster::linkage(ctx, lp, features.const_view());
+      cluster::fcluster_params fp;
+      fp.criterion = cluster::fcluster_criterion::maxclust;
+      fp.max_clusters = N;
+      std::vector<std::int64_t> raw(static_cast<std::size_t>(E));
+      cluster::fcluster(ctx, fp, z.const_view(), make_vector_view(raw.data(), E));
+      cluster::relabel_by_first_appearance(ctx, make_vector_view<const std::int64_t>(raw.data(), E),
+                                           make_vector_view(labels.data(), E));
+      // HC-SMoE's representative: the member nearest its group's mean feature.
+      std::vector<index_t> representatives(static_cast<std::size_t>(N));
+      cluster::group_representatives(ctx, features.const_view(), make_vector_view<const std::int64_t>(labels.data(), E),
+                                     make_vector_view(representatives.data(), N));
+      dominants.assign(representatives.begin(), representatives.end());
+    });
+    params.method = s.merge;
+    params.router = merge::router_rule::id_map;
+  } else {  // cka-merge
+    host_matrix<double> distances(E, E);
+    timed("similarity", [&] {
+      if (s.similarity == "cka") {
+        const index_t T = x.rows();
+        host_matrix<float> outputs(E * T, H);
+        moe::ffn_stack_forward<float>(ctx, ffn, w.experts_view(), x,
+                                      matrix_stack_view<float>(outputs.data(), E, T, H));
+        host_matrix<double> cka(E, E);
+        similarity::cka_params cp;
+        similarity::cka_matrix<float>(ctx, cp, split_rows(outputs.const_view(), E), cka.view());
+        for (index_t a = 0; a < E; ++a)
+          for (index_t b = 0; b < E; ++b) distances(a, b) = a == b ? 0.0 : 1.0 - cka(a, b);
+      } else {
+        host_matrix<float> features;
+        if (s.similarity == "weights") {
+          features = host_matrix<float>(E, moe::vectorized_weights_size(w.experts_view()));
+          moe::vectorized_weights<float>(w.experts_view(), features.view());
+        } else {
+          features = host_matrix<float>(E, H * H);
+          moe::surrogate_weights<float>(ctx, w.experts_view(), features.view());
+        }
+        host_matrix<float> d(E, E);
+        distance::pairwise_distance_params dp;
+        distance::pairwise_distances(ctx, dp, features.const_view(), d.view());
+        for (index_t a = 0; a < E; ++a)
+          for (index_t b = 0; b < E; ++b) distances(a, b) = d(a, b);
+      }
+      // CKA rounds to a matrix that is symmetric only to rounding; the partition wants it exactly.
+      for (index_t a = 0; a < E; ++a)
+        for (index_t b = a + 1; b < E; ++b) distances(a, b) = distances(b, a) = 0.5 * (distances(a, b) + distances(b, a));
+    });
+    timed("partition", [&] {
+      similarity::partition_params pp;
+      pp.groups = N;
+      pp.seed = s.seed;
+      similarity::partition_experts<double>(ctx, pp, distances.const_view(), make_vector_view(labels.data(), E));
+    });
+    params.method = s.merge;
+    params.router = merge::router_rule::automatic;  // uniform, learned: merged rows; dominant: the dominant's row
+  }
+  new_layer out;
+  timed("merging", [&] { out = merge_layer(ctx, w, labels, params, x, dominants); });
+  return out;
+}
+
+/// || y - y' ||_F / || y ||_F of the layer's output on x (0 rows: NaN), through moe_layer_forward.
+double layer_error(const moecomp::host_context& ctx, const moecomp::model::moe_model& m,
+                   const moecomp::model::moe_layer_weights<float>& w, const new_layer& c,
+                   moecomp::matrix_view<const float> x, double& reference_norm) {
+  using namespace moecomp;
+  reference_norm = std::numeric_limits<double>::quiet_NaN();
+  if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
+  moe::moe_layer_params params;
+  params.routing = model::routing_of(m);
+  params.ffn.act = m.activation;
+  host_matrix<float> shared_gate;
+  auto base = [&](moe::moe_layer_view<float>& v) {
+    if (w.has_shared_expert()) {
+      const auto s = w.shared_expert_view();
+      v.shared.w1 = matrix_stack_view<const float>(s.w1.data(), 1, s.w1.rows(), s.w1.cols());
+      if (!s.w3.empty()) v.shared.w3 = matrix_stack_view<const float>(s.w3.data(), 1, s.w3.rows(), s.w3.cols());
+      v.shared.w2 = matrix_stack_view<const float>(s.w2.data(), 1, s.w2.rows(), s.w2.cols());
+      if (!w.shared_gate.empty()) v.shared_gate = matrix_view<const float>(w.shared_gate.data(), 1, w.d_model);
+    }
+  };
+  moe::moe_layer_view<float> original;
+  original.router = w.router.const_view();
+  if (!w.correction_bias.empty()) original.router_bias = make_vector_view(w.correction_bias.data(), w.experts);
+  original.experts = w.experts_view();
+  base(original);
+  host_matrix<float> y(x.rows(), x.cols()), z(x.rows(), x.cols());
+  moe::moe_layer_forward<float>(ctx, params, original, x, y.view());
+
+  const index_t out_experts = static_cast<index_t>(c.slots.size());
+  moe::moe_layer_view<float> compressed;
+  compressed.router = c.router.const_view();
+  if (!c.correction_bias.empty()) compressed.router_bias = make_vector_view(c.correction_bias.data(), out_experts);
+  const bool own_stack = !c.w1.empty();
+  compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.d_ff, w.d_model, w.gated)
+                                 : w.experts_view();
+  compressed.expert_map = make_vector_view(c.slots.data(), out_experts);
+  base(compressed);
+  moe::moe_layer_forward<float>(ctx, params, compressed, x, z.view());
+  double diff = 0, ref = 0;
+  for (index_t t = 0; t < x.rows(); ++t)
+    for (index_t k = 0; k < x.cols(); ++k) {
+      const double a = y(t, k), b = z(t, k);
+      diff += (a - b) * (a - b);
+      ref += a * a;
+    }
+  reference_norm = std::sqrt(ref);
+  return std::sqrt(diff) / std::sqrt(ref);
+}
+
+// ---------------------------------------------------------------------------------------------- writing
+
+/// The layer's tensors in the checkpoint's names and dtypes: router id r of the output uses the names of
+/// original expert r (E_out <= E), and holds stack expert slots[r].
+std::vector<owned_tensor> layer_tensors(const moecomp::io::safetensors_checkpoint& checkpoint,
+                                        const moecomp::model::moe_layer_names& names,
+                                        const moecomp::model::moe_layer_weights<float>& w, const new_layer& c) {
+  const index_t I = w.d_ff, H = w.d_model, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
+  const bool own_stack = !c.w1.empty();
+  auto source = [&](const std::vector<float>& mine, const std::vector<float>& original, index_t r) {
+    const std::int64_t k = c.slots[static_cast<std::size_t>(r)];
+    return (own_stack ? mine.data() : original.data()) + k * matrix;
+  };
+  std::vector<owned_tensor> out;
+  auto add = [&](const std::string& name, std::vector<index_t> shape) -> owned_tensor& {
+    const auto dtype = checkpoint.info(name).dtype;
+    out.push_back({name, dtype, std::move(shape), {}});
+    out.back().bytes.reserve(static_cast<std::size_t>(float_item_size(dtype, name)));
+    return out.back();
+  };
+  {
+    owned_tensor& r = add(names.router, {out_experts, H});
+    append_encoded(c.router.data(), static_cast<std::size_t>(out_experts * H), r.dtype, r.bytes);
+  }
+  if (!names.router_bias.empty()) {
+    owned_tensor& b = add(names.router_bias, {out_experts});
+    append_encoded(c.router_bias.data(), c.router_bias.size(), b.dtype, b.bytes);
+  }
+  if (!names.correction_bias.empty()) {
+    owned_tensor& b = add(names.correction_bias, {out_experts});
+    append_encoded(c.correction_bias.data(), c.correction_bias.size(), b.dtype, b.bytes);
+  }
+  if (names.fused()) {
+    owned_tensor& gu = add(names.gate_up, {out_experts, 2 * I, H});
+    owned_tensor& down = add(names.fused_down, {out_experts, H, I});
+    for (index_t r = 0; r < out_experts; ++r) {
+      append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
+      append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
+      append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), down.dtype, down.bytes);
+    }
+    return out;
+  }
+  for (index_t r = 0; r < out_experts; ++r) {
+    const auto u = static_cast<std::size_t>(r);
+    owned_tensor& g = add(names.gate[u], {I, H});
+    append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), g.dtype, g.bytes);
+    if (!names.up.empty()) {
+      owned_tensor& up = add(names.up[u], {I, H});
+      append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), up.dtype, up.bytes);
+    }
+    owned_tensor& d = add(names.down[u], {H, I});
+    append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), d.dtype, d.bytes);
+  }
+  return out;
+}
+
+std::uint64_t tensor_bytes(const moecomp::io::safetensors_checkpoint& checkpoint, const std::string& name) {
+  const auto& info = checkpoint.info(name);
+  return info.end - info.begin;
+}
+
+/// The layer's tensor prefix ("model.layers.3.block_sparse_moe"): what its router's and first expert's names
+/// share, up to the last dot.
+std::string layer_prefix(const moecomp::model::moe_layer_names& names) {
+  const std::string& a = names.router;
+  const std::string& b = names.fused() ? names.gate_up : names.gate.front();
+  std::size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  const std::size_t dot = a.rfind('.', n == 0 ? 0 : n - 1);
+  return dot == std::string::npos ? names.stack + "." + std::to_string(names.layer) : a.substr(0, dot);
+}
+
+/// Peak resident set of this process so far, in bytes (getrusage; Linux reports kilobytes).
+double peak_rss_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+/// Where the embedded model is: installed beside the tool (share/moecomp/models/tiny-moe), else the source
+/// tree this tool was built from.
+std::string default_model_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "moecomp" / "models" / "tiny-moe";
+    if (fs::is_directory(installed, ec)) return installed.string();
+  }
+#if defined(MOECOMP_SOURCE_MODELS_DIR)
+  return std::string(MOECOMP_SOURCE_MODELS_DIR) + "/tiny-moe";
+#else
+  throw usage_error("compress: no MODEL_DIR given and no embedded model installed beside the tool");
+#endif
+}
+
+std::string fixed(double v, int digits) {
+  if (std::isnan(v)) return "-";
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
+
+// ---------------------------------------------------------------------------------------------- the command
+
+int compress(const arguments& args, output_files& outputs) {
+  using namespace moecomp;
+  const auto started = std::chrono::steady_clock::now();
+  settings s;
+  s.how = parse_method(*args.value("--method"));
+  const std::string model_dir = args.positional().empty() ? default_model_dir() : args.positional()[0];
+  const auto out_dir = args.value("-o");
+  if (!out_dir) throw usage_error("compress: -o OUT_DIR is required");
+
+  // The model: config.json, the checkpoint, the layout.
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec))
+    throw usage_error("compress: MODEL_DIR '" + model_dir + "' is not a directory");
+  const std::string config_path = (fs::path(model_dir) / "config.json").string();
+  if (!fs::is_regular_file(config_path, ec))
+    throw usage_error("compress: '" + model_dir + "' has no config.json");
+  std::vector<model::checkpoint_layout> layouts;
+  if (const auto dir = args.value("--layouts")) {
+    layouts = model::read_checkpoint_layouts(*dir);
+  } else {
+    for (const auto& [name, text] : builtin_layouts())
+      layouts.push_back(model::parse_checkpoint_layout(text, "layouts/" + name));
+  }
+  const std::string config_text = model::read_text_file(config_path);
+  const io::safetensors_checkpoint checkpoint = io::open_safetensors_checkpoint(model_dir);
+  const model::moe_model m = model::describe_moe_model(layouts, config_text, checkpoint, config_path);
+  const model::checkpoint_layout* layout = nullptr;
+  for (const auto& l : layouts)
+    if (l.source == m.layout_source) layout = &l;
+  const index_t E = m.num_experts, L = static_cast<index_t>(m.layers.size());
+  if (L == 0) throw usage_error("compress: '" + model_dir + "' has no MoE layer under its layout (" + m.family + ")");
+
+  // Options.
+  s.experts = args.integer("--experts", std::max<long long>(E / 2, m.top_k));
+  if (s.experts < 1 || s.experts > E)
+    throw usage_error("option --experts: expected 1 to " + std::to_string(E) + " (the model's experts per layer), got " +
+                      std::to_string(s.experts));
+  if (s.how != method::hc_smoe && s.experts < m.top_k)
+    throw usage_error("option --experts: " + std::string(method_name(s.how)) + " leaves the router " +
+                      std::to_string(s.experts) + " experts, fewer than the model's top-k (" + std::to_string(m.top_k) +
+                      ")");
+  s.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  const std::string calibration_default = (fs::path(model_dir) / "calibration.safetensors").string();
+  if (const auto c = args.value("--calibration")) s.calibration = *c;
+  else if (fs::is_regular_file(calibration_default, ec)) s.calibration = calibration_default;
+  const bool calibrated = !s.calibration.empty();
+  if (s.how == method::hc_smoe) {
+    s.features = choose(args, "--features", {"outputs", "router-logits", "weights"}, calibrated ? "outputs" : "weights");
+    s.linkage = cluster::parse_linkage_method(args.value_or("--linkage", "average"));
+    const std::string merge = choose(args, "--merge", {"frequency", "average", "fix-dom"}, calibrated ? "frequency" : "average");
+    s.merge = merge::parse_merge_method(merge);
+  } else if (s.how == method::cka_merge) {
+    s.similarity = choose(args, "--similarity", {"cka", "weights", "surrogate"}, calibrated ? "cka" : "weights");
+    s.merge = merge::parse_merge_method(choose(args, "--merge", {"uniform", "dominant", "learned"}, "uniform"));
+  } else {
+    s.criterion = choose(args, "--criterion", {"frequency", "reap"}, "frequency");
+  }
+  if (args.value("--keep") || args.flag("--restore-dense"))
+    throw usage_error(std::string("option ") + (args.value("--keep") ? "--keep" : "--restore-dense") +
+                      ": resmoe only (and resmoe is not built yet)");
+  if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
+    throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
+                      args.value_or("--dtype", "") + "'");
+  for (const char* o : {"--features", "--linkage"})
+    if (args.value(o) && s.how != method::hc_smoe) throw usage_error(std::string("option ") + o + ": hc-smoe only");
+  if (args.value("--similarity") && s.how != method::cka_merge) throw usage_error("option --similarity: cka-merge only");
+  if (args.value("--criterion") && s.how != method::prune) throw usage_error("option --criterion: prune only");
+  if (args.value("--merge") && s.how == method::prune) throw usage_error("option --merge: hc-smoe and cka-merge only");
+  // What needs calibration tokens, and says so before any work.
+  std::string needs;
+  if (s.how == method::hc_smoe && s.features != "weights") needs = "--features " + s.features;
+  if (s.how == method::hc_smoe && s.merge != merge::merge_method::average)
+    needs = "--merge " + std::string(merge::to_string(s.merge));
+  if (s.how == method::cka_merge && s.similarity == "cka") needs = "--similarity cka";
+  if (s.how == method::cka_merge && s.merge != merge::merge_method::uniform)
+    needs = "--merge " + std::string(merge::to_string(s.merge));
+  if (s.how == method::prune) needs = "--criterion " + s.criterion;
+  if (!needs.empty() && !calibrated)
+    throw usage_error("compress: " + needs + " needs calibration tokens (--calibration FILE with layers.{i}.moe_input); '" +
+                      model_dir + "' has no calibration.safetensors");
+  std::optional<io::safetensors_file> calibration;
+  if (calibrated) {
+    if (!fs::is_regular_file(s.calibration, ec)) throw usage_error("option --calibration: no file '" + s.calibration + "'");
+    calibration.emplace(io::read_safetensors(s.calibration));
+  }
+  const host_context ctx = make_context(args);
+
+  // The output directory's contents go to the temporary directory that commit() renames.
+  const std::string staging = outputs.staging_directory();
+  interrupt_guard interrupts;
+  progress_display progress(!args.flag("--quiet") && ::isatty(2) != 0, args.flag("--progress") && !args.flag("--quiet"), L);
+  io::safetensors_sharded_writer writer(staging, "model");
+  json report;
+  report["moecomp_version"] = MOECOMP_VERSION_STRING;
+  report["method"] = method_name(s.how);
+  report["model"] = model_dir;
+  report["family"] = m.family;
+  report["experts_before"] = E;
+  report["experts_after"] = s.experts;
+  json options = json::object();
+  if (s.how == method::hc_smoe) {
+    options["features"] = s.features;
+    options["linkage"] = cluster::to_string(s.linkage);
+    options["merge"] = merge::to_string(s.merge);
+  } else if (s.how == method::cka_merge) {
+    options["similarity"] = s.similarity;
+    options["merge"] = merge::to_string(s.merge);
+  } else {
+    options["criterion"] = s.criterion;
+  }
+  options["seed"] = s.seed;
+  options["calibration"] = calibrated ? json(s.calibration) : json(nullptr);
+  report["options"] = options;
+  json layers = json::array(), id_maps = json::object();
+  std::set<std::string> written;
+  double bytes_before = 0, bytes_after = 0, parameters_before = 0;
+  try {
+    for (index_t i = 0; i < L; ++i) {
+      const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
+      const std::string layer_name = layer_prefix(names);
+      const auto t0 = std::chrono::steady_clock::now();
+      progress.update(i, layer_name, "loading");
+      const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
+      host_matrix<float> x(0, w.d_model);
+      if (calibrated) {
+        const std::string key = (m.layers.front().stack == names.stack ? "" : names.stack + ".") + "layers." +
+                                std::to_string(names.layer) + ".moe_input";
+        if (!calibration->contains(key))
+          throw usage_error("option --calibration: '" + s.calibration + "' has no tensor '" + key + "' for MoE layer " +
+                            layer_name);
+        const io::safetensors_tensor t = calibration->tensor(key);
+        if (t.shape().size() != 2 || t.shape()[1] != w.d_model || t.shape()[0] < 1)
+          throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(w.d_model) +
+                            " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
+        x = t.to_matrix<float>();
+      }
+      json steps = json::object();
+      new_layer c = compress_layer(ctx, s, m, w, x.const_view(), progress, i, layer_name, steps);
+      {
+        const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
+        round_to_storage(c.w1, expert_dtype);
+        round_to_storage(c.w3, expert_dtype);
+        round_to_storage(c.w2, expert_dtype);
+        round_to_storage(c.router.storage(), checkpoint.info(names.router).dtype);
+        if (!names.router_bias.empty()) round_to_storage(c.router_bias, checkpoint.info(names.router_bias).dtype);
+        if (!names.correction_bias.empty())
+          round_to_storage(c.correction_bias, checkpoint.info(names.correction_bias).dtype);
+      }
+      progress.update(i, layer_name, "error");
+      double reference_norm = 0;
+      const double error = layer_error(ctx, m, w, c, x.const_view(), reference_norm);
+      progress.update(i, layer_name, "writing");
+      const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c);
+      std::vector<io::safetensors_entry> entries;
+      double layer_before = 0, layer_after = 0;
+      for (const std::string& n : names.tensor_names()) {
+        const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
+        const auto bytes = static_cast<double>(tensor_bytes(checkpoint, n));
+        layer_before += bytes;
+        if (!replaced) {
+          // The shared expert, or an expert name beyond E_out (dropped).
+          const bool expert = std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
+                              std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
+                              std::find(names.down.begin(), names.down.end(), n) != names.down.end();
+          if (!expert) {
+            entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+            layer_after += bytes;
+          }
+        }
+        written.insert(n);
+      }
+      for (const owned_tensor& t : tensors) {
+        entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+        layer_after += static_cast<double>(t.bytes.size());
+      }
+      // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
+      double distinct_after = layer_after;
+      if (s.how == method::hc_smoe) {
+        const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
+                                    (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
+        distinct_after = layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
+      }
+      interrupt_guard::check();
+      writer.write_shard(entries, checkpoint.metadata());
+      const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
+                                (w.gated ? 3.0 : 2.0);
+      json record;
+      record["layer"] = layer_name;
+      record["experts"] = static_cast<index_t>(c.slots.size());
+      record["distinct_experts"] = s.how == method::prune ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
+      for (auto it = c.record.begin(); it != c.record.end(); ++it) record[it.key()] = it.value();
+      record["output_relative_error"] = std::isnan(error) ? json(nullptr) : json(error);
+      record["calibration_tokens"] = x.rows();
+      record["bytes_before"] = layer_before;
+      record["bytes_after"] = distinct_after;
+      record["bytes_written"] = layer_after;
+      record["bits_per_weight"] = 8.0 * distinct_after / parameters;
+      record["steps_seconds"] = steps;
+      record["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (c.record.contains("id_map")) id_maps[layer_name] = c.record["id_map"];
+      layers.push_back(record);
+      bytes_before += layer_before;
+      bytes_after += distinct_after;
+      parameters_before += parameters;
+    }
+    progress.update(L - 1, "rest", "writing the other tensors");
+    std::vector<io::safetensors_entry> rest;
+    for (const std::string& n : checkpoint.names())
+      if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+    if (!rest.empty()) writer.write_shard(rest, checkpoint.metadata());
+    writer.finish();
+
+    // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
+    json config = json::parse(config_text);
+    if (s.how != method::hc_smoe) {
+      const auto key = layout->config.find("num_experts");
+      if (key != layout->config.end()) config[key->second] = s.experts;
+    }
+    json record;
+    record["method"] = method_name(s.how);
+    record["experts_before"] = E;
+    record["version"] = MOECOMP_VERSION_STRING;
+    if (!id_maps.empty()) record["id_maps"] = id_maps;
+    config["moecomp_compression"] = record;
+    {
+      std::ofstream f(fs::path(staging) / "config.json");
+      f << config.dump(2) << "\n";
+      if (!f) throw io_error("compress: cannot write config.json into '" + staging + "'");
+    }
+    // The model directory's other files (tokenizer, generation config) come along, unchanged.
+    for (const auto& entry : fs::directory_iterator(model_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
+          name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
+        continue;
+      fs::copy_file(entry.path(), fs::path(staging) / name);
+    }
+    progress.finish();
+  } catch (const interrupted& i) {
+    progress.finish();
+    std::fprintf(stderr, "moecomp: error: compress: interrupted (signal %d); nothing was written\n", i.signal_number);
+    return 128 + i.signal_number;
+  }
+
+  report["layers"] = layers;
+  json totals;
+  totals["bytes_before"] = bytes_before;
+  totals["bytes_after"] = bytes_after;
+  totals["bits_per_weight"] = parameters_before > 0 ? 8.0 * bytes_after / parameters_before : 0.0;
+  totals["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  totals["peak_rss_bytes"] = peak_rss_bytes();
+  report["totals"] = totals;
+  const std::string report_text = report.dump(2) + "\n";
+  {
+    std::ofstream f(fs::path(staging) / "compression_report.json");
+    f << report_text;
+    if (!f) throw io_error("compress: cannot write compression_report.json into '" + staging + "'");
+  }
+  if (const auto r = args.value("--report")) {
+    const std::string temporary = *r + ".moecomp-tmp";
+    std::ofstream f(temporary);
+    f << report_text;
+    f.close();
+    if (!f) throw usage_error("option --report: cannot write '" + *r + "'");
+    outputs.commit();
+    fs::rename(temporary, *r);
+  } else {
+    outputs.commit();
+  }
+
+  if (args.flag("--json")) {  // the report itself, on one line
+    std::printf("%s\n", report.dump().c_str());
+    return 0;
+  }
+  // The table on stdout.
+  std::printf("moecomp compress: %s, %s (%s), %lld MoE layers, %lld -> %lld experts per layer\n", method_name(s.how),
+              model_dir.c_str(), m.family.c_str(), static_cast<long long>(L), static_cast<long long>(E),
+              static_cast<long long>(s.experts));
+  std::printf("%-34s %9s %10s %12s %12s %8s\n", "layer", "experts", "error", "MB before", "MB after", "seconds");
+  for (const auto& l : layers)
+    std::printf("%-34s %4lld->%-4lld %10s %12.3f %12.3f %8.2f\n", l["layer"].get<std::string>().c_str(),
+                static_cast<long long>(E), l["distinct_experts"].get<long long>(),
+                l["output_relative_error"].is_null() ? "-" : fixed(l["output_relative_error"].get<double>(), 4).c_str(),
+                l["bytes_before"].get<double>() / 1e6, l["bytes_after"].get<double>() / 1e6, l["seconds"].get<double>());
+  std::printf("total: %.3f MB -> %.3f MB of MoE tensors (%.2f bits per weight), %.2f s, peak RSS %.1f MB\n",
+              bytes_before / 1e6, bytes_after / 1e6, totals["bits_per_weight"].get<double>(),
+              totals["seconds"].get<double>(), totals["peak_rss_bytes"].get<double>() / 1e6);
+  std::printf("wrote %s (report: %s)\n", out_dir->c_str(),
+              args.value("--report") ? args.value("--report")->c_str() : (*out_dir + "/compression_report.json").c_str());
+  return 0;
+}
+
+}  // namespace
+
+const command_registration compress_registration{command{
+    {"compress",
+     "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, or "
+     "expert pruning",
+     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|prune [--experts N] [--calibration FILE] "
+     "[--features F] [--linkage L] [--merge M] [--similarity S] [--criterion C] [--seed S] [--layouts DIR] "
+     "[--report R.json] [--quiet] [--progress] [--json]",
+     0,
+     1,
+     {{"--method", true, "hc-smoe|cka-merge|prune (required; resmoe and moefy are not built yet)"},
+      {"--experts", true, "N: experts per MoE layer after compression (default: half, at least top-k)"},
+      {"--calibration", true,
+       "FILE.safetensors with layers.{i}.moe_input (T x hidden) per MoE layer (default MODEL_DIR/calibration.safetensors)"},
+      {"--features", true, "hc-smoe: outputs|router-logits|weights (default outputs with calibration, else weights)"},
+      {"--linkage", true, "hc-smoe: single|complete|average|weighted|ward|centroid|median (default average)"},
+      {"--merge", true,
+       "hc-smoe: frequency|average|fix-dom (default frequency; average without calibration); cka-merge: "
+       "uniform|dominant|learned (default uniform)"},
+      {"--similarity", true, "cka-merge: cka|weights|surrogate (default cka with calibration, else weights)"},
+      {"--criterion", true, "prune: frequency|reap (default frequency)"},
+      {"--seed", true, "seed of moecomp's generator (token caps, partition restarts; default 0)"},
+      {"--layouts", true, "DIR: read the checkpoint layouts from DIR/*.json instead of the built-in ones"},
+      {"--keep", true, "resmoe: the fraction of residual entries kept (resmoe is not built yet)"},
+      {"--restore-dense", false, "resmoe: also write the restored dense checkpoint (resmoe is not built yet)"},
+      {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)"},
+      {"--quiet", false, "no progress display"},
+      {"--progress", false, "progress as one line per step on stderr, also when stderr is not a terminal"}},
+     /*output_directory=*/true},
+    compress}};
+
+}  // namespace moecomp_cli

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""`moecomp compress` end to end on the embedded model (models/tiny-moe), against an independent reading of its
+input and output (json, struct and numpy) and the library-level `moecomp merge`.
+
+For each method and option set:
+* exit 0; OUT_DIR holds config.json, the shards and their index, compression_report.json, and the model
+  directory's other files; every shard parses, the index names every tensor once, each tensor's bytes are
+  shape x dtype.
+* config.json: num_local_experts is N for cka-merge and prune, 8 for hc-smoe, num_experts_per_tok unchanged,
+  and a moecomp_compression record (hc-smoe: the id maps of the report).
+* Every tensor outside the MoE layers is byte for byte the input's.
+* hc-smoe and cka-merge: each written expert equals, after rounding to bfloat16, the output of `moecomp merge`
+  (the library's merge_experts) run on that layer's weights with the report's groups and dominants, the
+  layer's calibration tokens and its router; cka-merge's router rows too. hc-smoe writes the merged expert
+  of each member into the member's slot and keeps the router.
+* prune: the kept experts are the N largest scores, ties to the lowest index; with --criterion frequency
+  the scores are numpy's top-2 counts of the router's logits over 2T; the kept experts' tensors are the input's
+  bytes, the router rows are the kept rows.
+* Each layer's reported output error is numpy's (float64 MoE forward of the input layer and of the written
+  layer on the calibration tokens: softmax, top-2 renormalised, SwiGLU experts), within 2e-4 relative.
+* Without calibration tokens hc-smoe runs from weights and reports no error.
+* An interrupted run (SIGINT while layer 2 runs) and a run failing at layer 4 (calibration without
+  layers.3.moe_input) leave no OUT_DIR and no temporary directory.
+* Bad input: exit 2, one "moecomp: error:" line naming the problem, no OUT_DIR.
+
+Usage: test_compress_python.py PATH/TO/moecomp"""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_common import ToolRunner, require  # noqa: E402
+
+(np,) = require("numpy")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EMBEDDED = os.path.normpath(os.path.join(HERE, "..", "..", "models", "tiny-moe"))
+CODES = {"F32": "<f4", "F64": "<f8", "BF16": "<u2", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+SIZES = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "I64": 8, "I32": 4}
+PREFIX = "model.layers.{}.block_sparse_moe."
+
+
+def read_file(path):
+    """name -> (dtype, shape, raw bytes) of one safetensors file, checking the layout as it goes."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__", None)
+    out, end = {}, 0
+    for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = info["data_offsets"]
+        assert b == end, f"{path}: {name} is not contiguous"
+        assert e - b == int(np.prod(info["shape"], dtype=np.int64)) * SIZES[info["dtype"]], f"{path}: {name} size"
+        out[name] = (info["dtype"], tuple(info["shape"]), data[8 + n + b:8 + n + e])
+        end = e
+    assert 8 + n + end == len(data), f"{path}: trailing bytes"
+    return out
+
+
+def read_checkpoint(directory):
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return read_file(os.path.join(directory, "model.safetensors"))
+    weight_map = json.load(open(index))["weight_map"]
+    tensors = {}
+    for shard in sorted(set(weight_map.values())):
+        for name, t in read_file(os.path.join(directory, shard)).items():
+            assert weight_map.get(name) == shard and name not in tensors, f"index disagrees on {name}"
+            tensors[name] = t
+    assert set(tensors) == set(weight_map), "index names a missing tensor"
+    return tensors
+
+
+def decode(t):
+    dtype, shape, raw = t
+    v = np.frombuffer(raw, dtype=CODES[dtype]).reshape(shape)
+    if dtype == "BF16":
+        v = (v.astype(np.uint32) << 16).view(np.float32)
+    return v.astype(np.float64)
+
+
+def bf16_round(a):
+    """float32 -> bfloat16 (round to nearest even) -> float64, as moecomp rounds."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def calibration(directory=EMBEDDED):
+    return {k: decode(v) for k, v in read_file(os.path.join(directory, "calibration.safetensors")).items()}
+
+
+def experts_of(tensors, layer, count):
+    p = PREFIX.format(layer)
+    return [tuple(decode(tensors[f"{p}experts.{e}.{w}.weight"]) for w in ("w1", "w3", "w2")) for e in range(count)]
+
+
+def silu(v):
+    return v / (1.0 + np.exp(-v))
+
+
+def moe_forward(x, router, experts, top_k=2):
+    """Mixtral's sparse MoE block in float64: softmax, top-k (ties to the lowest index), renormalised."""
+    logits = x @ router.T
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    idx = np.argsort(-p, axis=1, kind="stable")[:, :top_k]
+    w = np.take_along_axis(p, idx, axis=1)
+    w /= w.sum(axis=1, keepdims=True)
+    outputs = np.stack([(silu(x @ w1.T) * (x @ w3.T)) @ w2.T for w1, w3, w2 in experts])
+    y = np.zeros_like(x)
+    for k in range(top_k):
+        y += w[:, k:k + 1] * outputs[idx[:, k], np.arange(x.shape[0])]
+    return y
+
+
+class Checker(ToolRunner):
+
+    def __init__(self, tool, tmp):
+        super().__init__(tool, tmp)
+        self.original = read_checkpoint(EMBEDDED)
+        self.config = json.load(open(os.path.join(EMBEDDED, "config.json")))
+        self.calibration = calibration()
+
+    def compress(self, label, out, *args):
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        r = self.run("compress", "-o", out, "--quiet", *args)
+        self.check(f"{label}: exit 0, table on stdout", r.returncode == 0 and "total:" in r.stdout,
+                   r.stderr.strip() or r.stdout.strip().splitlines()[-1])
+        if r.returncode != 0:
+            return None
+        files = sorted(os.listdir(out))
+        want = {"config.json", "compression_report.json", "model.safetensors.index.json", "train_log.json"}
+        self.check(f"{label}: the output's files", want <= set(files) and
+                   sum(f.endswith(".safetensors") for f in files) == 5, str(files))
+        return json.load(open(os.path.join(out, "compression_report.json")))
+
+    def common(self, label, out, report, experts_in_config):
+        written = read_checkpoint(out)
+        config = json.load(open(os.path.join(out, "config.json")))
+        self.check(f"{label}: config keys", config["num_local_experts"] == experts_in_config and
+                   config["num_experts_per_tok"] == 2 and config["moecomp_compression"]["method"] == report["method"],
+                   f"num_local_experts {config['num_local_experts']}")
+        moe = [n for n in self.original if ".block_sparse_moe." in n]
+        same = all(written[n] == self.original[n] for n in self.original if n not in moe)
+        self.check(f"{label}: non-MoE tensors byte for byte", same, f"{len(self.original) - len(moe)} tensors")
+        names = {n for n in written if ".block_sparse_moe." in n}
+        want = {f"{PREFIX.format(i)}gate.weight" for i in range(4)} | {
+            f"{PREFIX.format(i)}experts.{e}.{w}.weight" for i in range(4) for e in range(experts_in_config)
+            for w in ("w1", "w2", "w3")}
+        self.check(f"{label}: MoE tensor names and shapes", names == want and all(
+            written[f"{PREFIX.format(i)}gate.weight"][1] == (experts_in_config, 128) for i in range(4)),
+            f"{len(names)} MoE tensors")
+        # The reported errors against numpy's forward of the input and the written layers.
+        worst = 0.0
+        for i, layer in enumerate(report["layers"]):
+            x = self.calibration[f"layers.{i}.moe_input"]
+            router_in = decode(self.original[f"{PREFIX.format(i)}gate.weight"])
+            y = moe_forward(x, router_in, experts_of(self.original, i, 8))
+            z = moe_forward(x, decode(written[f"{PREFIX.format(i)}gate.weight"]), experts_of(written, i, experts_in_config))
+            error = np.linalg.norm(y - z) / np.linalg.norm(y)
+            worst = max(worst, abs(error - layer["output_relative_error"]) / max(error, 1e-12))
+        self.check(f"{label}: the reported errors are numpy's", worst <= 2e-4, f"worst relative difference {worst:.2e}")
+        return written
+
+    def library_merge(self, label, layer, groups, dominants, method, router_rule=None):
+        """`moecomp merge` on one layer of the input: the library's merge_experts with the same data."""
+        folder = self.path(f"merge-{label}-{layer}".replace(" ", "_"))
+        os.makedirs(folder, exist_ok=True)
+        experts = experts_of(self.original, layer, 8)
+        for k, w in enumerate(("w1", "w3", "w2")):
+            np.save(os.path.join(folder, f"{w}.npy"), np.stack([e[k] for e in experts]).astype(np.float32))
+        labels = np.zeros(8, dtype=np.int64)
+        for g, members in enumerate(groups):
+            labels[members] = g
+        np.save(os.path.join(folder, "groups.npy"), labels)
+        np.save(os.path.join(folder, "dominants.npy"), np.array(dominants, dtype=np.int64))
+        np.save(os.path.join(folder, "x.npy"), self.calibration[f"layers.{layer}.moe_input"].astype(np.float32))
+        np.save(os.path.join(folder, "router.npy"),
+                decode(self.original[f"{PREFIX.format(layer)}gate.weight"]).astype(np.float32))
+        out = os.path.join(folder, "out")
+        args = ["merge", "--w1", f"{folder}/w1.npy", "--w2", f"{folder}/w2.npy", "--w3", f"{folder}/w3.npy",
+                "--groups", f"{folder}/groups.npy", "--method", method, "--inputs", f"{folder}/x.npy",
+                "--router", f"{folder}/router.npy", "--dominants", f"{folder}/dominants.npy", "--no-errors", "-o", out]
+        if router_rule:
+            args += ["--router-rule", router_rule]
+        r = self.run(*args)
+        assert r.returncode == 0, r.stderr
+        return {n: np.load(os.path.join(out, f"{n}.npy")) for n in ("w1", "w3", "w2", "map")} | (
+            {"router": np.load(os.path.join(out, "router.npy"))} if os.path.exists(os.path.join(out, "router.npy")) else {})
+
+    def merged_match(self, label, written, report, method, slots_from_map):
+        mismatches = 0
+        for i, layer in enumerate(report["layers"]):
+            lib = self.library_merge(label, i, layer["groups"], layer["dominants"], method)
+            count = 8 if slots_from_map else len(layer["groups"])
+            for slot in range(count):
+                g = int(lib["map"][slot]) if slots_from_map else slot
+                for k, w in enumerate(("w1", "w3", "w2")):
+                    got = decode(written[f"{PREFIX.format(i)}experts.{slot}.{w}.weight"])
+                    mismatches += int(not np.array_equal(got, bf16_round(lib[w][g])))
+            router = decode(written[f"{PREFIX.format(i)}gate.weight"])
+            if slots_from_map:
+                mismatches += int(not np.array_equal(router, decode(self.original[f"{PREFIX.format(i)}gate.weight"])))
+                mismatches += int(layer["id_map"] != [int(v) for v in lib["map"]])
+            else:
+                mismatches += int(not np.array_equal(router, bf16_round(lib["router"])))
+        self.check(f"{label}: the written experts are the library's merge", mismatches == 0,
+                   f"{mismatches} tensors differ from `moecomp merge`")
+
+
+def main():
+    tool = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        c = Checker(tool, tmp)
+        out = c.path("out")
+
+        for merge in ("frequency", "fix-dom", "average"):
+            label = f"hc-smoe --merge {merge}"
+            report = c.compress(label, out, "--method", "hc-smoe", "--merge", merge)
+            if report:
+                written = c.common(label, out, report, 8)
+                c.merged_match(label, written, report, merge, slots_from_map=True)
+                config = json.load(open(os.path.join(out, "config.json")))
+                c.check(f"{label}: id maps in config.json", config["moecomp_compression"]["id_maps"] == {
+                    l["layer"]: l["id_map"] for l in report["layers"]}, "as the report")
+
+        for merge in ("uniform", "dominant", "learned"):
+            label = f"cka-merge --merge {merge}"
+            report = c.compress(label, out, "--method", "cka-merge", "--merge", merge, "--experts", "5")
+            if report:
+                written = c.common(label, out, report, 5)
+                c.merged_match(label, written, report, merge, slots_from_map=False)
+
+        for criterion in ("frequency", "reap"):
+            label = f"prune --criterion {criterion}"
+            report = c.compress(label, out, "--method", "prune", "--criterion", criterion, "--experts", "3")
+            if not report:
+                continue
+            written = c.common(label, out, report, 3)
+            bad = 0
+            for i, layer in enumerate(report["layers"]):
+                scores = np.array(layer["scores"])
+                order = sorted(range(8), key=lambda e: (-scores[e], e))[:3]
+                bad += int(layer["kept"] != sorted(order))
+                if criterion == "frequency":
+                    x = c.calibration[f"layers.{i}.moe_input"]
+                    logits = x @ decode(c.original[f"{PREFIX.format(i)}gate.weight"]).T
+                    top = np.argsort(-logits, axis=1, kind="stable")[:, :2]
+                    counts = np.bincount(top.ravel(), minlength=8) / top.size
+                    bad += int(not np.allclose(scores, counts, rtol=0, atol=1e-12))
+                for slot, e in enumerate(layer["kept"]):
+                    for w in ("w1", "w2", "w3"):
+                        bad += int(written[f"{PREFIX.format(i)}experts.{slot}.{w}.weight"] !=
+                                   c.original[f"{PREFIX.format(i)}experts.{e}.{w}.weight"])
+                router = decode(written[f"{PREFIX.format(i)}gate.weight"])
+                bad += int(not np.array_equal(router, decode(c.original[f"{PREFIX.format(i)}gate.weight"])[layer["kept"]]))
+            c.check(f"{label}: kept experts, scores, bytes and router rows", bad == 0, f"{bad} differences")
+
+        # Without calibration tokens: hc-smoe from weights, no error reported.
+        bare = c.path("bare-model")
+        shutil.copytree(EMBEDDED, bare, ignore=shutil.ignore_patterns("calibration.safetensors", "heldout.bin"))
+        report = c.compress("hc-smoe without calibration", out, bare, "--method", "hc-smoe")
+        if report:
+            c.check("hc-smoe without calibration: weights features, average merge, no errors",
+                    report["options"]["features"] == "weights" and report["options"]["merge"] == "average" and
+                    all(l["output_relative_error"] is None for l in report["layers"]), str(report["options"]))
+
+        # Interrupted: SIGINT while layer 2 runs (the --progress lines say where it is).
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        p = subprocess.Popen([tool, "compress", "-o", out, "--method", "cka-merge", "--merge", "learned", "--progress"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sent = False
+        for line in p.stderr:
+            if not sent and "layer 2 of 4" in line:
+                p.send_signal(signal.SIGINT)
+                sent = True
+        p.wait()
+        leftovers = [f for f in os.listdir(tmp) if ".moecomp-tmp-" in f]
+        c.check("interrupted at layer 2: exit 130, no OUT_DIR, no temporary directory",
+                sent and p.returncode == 130 and not os.path.exists(out) and not leftovers,
+                f"exit {p.returncode}, leftovers {leftovers}")
+
+        # A failure at the last layer: the calibration file lacks layers.3.moe_input.
+        partial = c.path("partial.safetensors")
+        cal = read_file(os.path.join(EMBEDDED, "calibration.safetensors"))
+        header, blobs, offset = {}, [], 0
+        for name in sorted(k for k in cal if k != "layers.3.moe_input"):
+            dtype, shape, raw = cal[name]
+            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+            blobs.append(raw)
+            offset += len(raw)
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(partial, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        c.expect_directory_error("calibration without the last layer", ["compress", "--method", "hc-smoe",
+                                 "--calibration", partial, "--quiet"], "layers.3.moe_input")
+
+        # Bad input.
+        c.expect_directory_error("a missing model directory", ["compress", c.path("nowhere"), "--method", "prune"],
+                                 "nowhere", "is not a directory")
+        broken = c.path("broken-model")
+        shutil.copytree(EMBEDDED, broken)
+        with open(os.path.join(broken, "model.safetensors"), "r+b") as f:
+            f.truncate(1000)
+        c.expect_directory_error("a truncated checkpoint", ["compress", broken, "--method", "prune"], "model.safetensors")
+        llama = c.path("llama-model")
+        shutil.copytree(EMBEDDED, llama)
+        cfg = json.load(open(os.path.join(llama, "config.json")))
+        cfg["model_type"] = "llama"
+        json.dump(cfg, open(os.path.join(llama, "config.json"), "w"))
+        c.expect_directory_error("an unknown architecture", ["compress", llama, "--method", "prune"], "llama")
+        c.expect_directory_error("--experts above E", ["compress", "--method", "hc-smoe", "--experts", "9"],
+                                 "--experts", "1 to 8", "got 9")
+        c.expect_directory_error("--experts below top-k", ["compress", "--method", "prune", "--experts", "1"],
+                                 "--experts", "top-k")
+        c.expect_directory_error("prune without calibration", ["compress", bare, "--method", "prune"],
+                                 "needs calibration tokens")
+        c.expect_directory_error("an unknown method", ["compress", "--method", "zip"], "--method", "zip")
+        c.expect_directory_error("resmoe, not built", ["compress", "--method", "resmoe"], "not built yet")
+        c.expect_directory_error("an option of another method", ["compress", "--method", "prune", "--linkage", "ward"],
+                                 "--linkage", "hc-smoe only")
+
+        print(f"{c.checks - c.failures} of {c.checks} checks passed")
+        return 1 if c.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
