@@ -14,14 +14,18 @@
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/linkage.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/io/residual_file.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/merge/merge.hpp>
 #include <moecomp/model/layout.hpp>
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
 #include <moecomp/moe/layer.hpp>
+#include <moecomp/moe/shared_base.hpp>
+#include <moecomp/ot/free_support_barycenter.hpp>
 #include <moecomp/similarity/cka.hpp>
 #include <moecomp/similarity/partition.hpp>
+#include <moecomp/sparse/residual.hpp>
 #include <moecomp/version.hpp>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +42,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -121,16 +126,17 @@ class progress_display {
 
 // ---------------------------------------------------------------------------------------------- options
 
-enum class method { hc_smoe, cka_merge, prune };
+enum class method { hc_smoe, cka_merge, prune, resmoe };
 
 method parse_method(const std::string& name) {
   if (name == "hc-smoe") return method::hc_smoe;
   if (name == "cka-merge") return method::cka_merge;
   if (name == "prune") return method::prune;
-  if (name == "resmoe" || name == "moefy")
-    throw usage_error("option --method: '" + name + "' is not built yet in compress (hc-smoe, cka-merge and prune "
+  if (name == "resmoe") return method::resmoe;
+  if (name == "moefy")
+    throw usage_error("option --method: 'moefy' is not built yet in compress (hc-smoe, cka-merge, resmoe and prune "
                       "are); see docs/compress.md, \"Status\"");
-  throw usage_error("option --method: expected hc-smoe, cka-merge or prune, got '" + name + "'");
+  throw usage_error("option --method: expected hc-smoe, cka-merge, resmoe or prune, got '" + name + "'");
 }
 
 const char* method_name(method m) {
@@ -138,6 +144,7 @@ const char* method_name(method m) {
     case method::hc_smoe: return "hc-smoe";
     case method::cka_merge: return "cka-merge";
     case method::prune: return "prune";
+    case method::resmoe: return "resmoe";
   }
   return "?";
 }
@@ -162,6 +169,10 @@ struct settings {
   std::string criterion = "frequency"; // prune: frequency | reap
   std::uint64_t seed = 0;
   std::string calibration;             // file, or empty: none
+  double keep = 0.25;                  // resmoe: the fraction of each design residual kept (ResMoE: 0.25)
+  moecomp::sparse::sparse_format format = moecomp::sparse::sparse_format::automatic;
+  moecomp::sparse::value_dtype values = moecomp::sparse::value_dtype::bfloat16;
+  index_t max_iterations = 100;        // resmoe: barycenter updates (POT's and ResMoE's default)
 };
 
 // ---------------------------------------------------------------------------------------------- tensors
@@ -247,6 +258,14 @@ struct new_layer {
   moecomp::host_matrix<float> router;
   std::vector<float> router_bias, correction_bias;
   json record = json::object();  // the method's part of the report (groups, map, kept experts)
+  /// resmoe: the base expert (nn.Linear layout, rounded to the experts' dtype), the permutations (E x I: row
+  /// i of expert e is base row p(e, i)) and each expert's residuals; w1/w3/w2 then hold the restored experts.
+  struct resmoe_part {
+    std::vector<float> w1, w3, w2;
+    moecomp::host_matrix<index_t> permutations;
+    std::vector<moecomp::moe::expert_residual> residuals;
+  };
+  std::unique_ptr<resmoe_part> resmoe;
 };
 
 moecomp::moe::ffn_expert_stack_view<float> stack_view(const std::vector<float>& w1, const std::vector<float>& w3,
@@ -337,11 +356,123 @@ new_layer merge_layer(const moecomp::host_context& ctx, const moecomp::model::mo
   return out;
 }
 
+/// ResMoE: the free-support barycenter of the experts' design rows [W1_i | W3_i | W2[:, i]] (uniform weights,
+/// init = expert 0), the base expert from it (rounded to the experts' dtype), each expert's design residual in
+/// the base's neuron order pruned to the fraction s.keep as one matrix and encoded
+/// (moe::encode_expert_residual), and the experts restored from base and residuals (sparse::restore_dense).
+template <class Timed>
+new_layer resmoe_layer(const moecomp::host_context& ctx, const settings& s, const moecomp::model::moe_layer_weights<float>& w,
+                       moecomp::io::safetensors_dtype expert_dtype, Timed&& timed) {
+  using namespace moecomp;
+  const index_t E = w.experts, I = w.d_ff, H = w.d_model, pieces = w.gated ? 3 : 2, width = pieces * H;
+  new_layer out;
+  out.resmoe = std::make_unique<new_layer::resmoe_part>();
+  new_layer::resmoe_part& r = *out.resmoe;
+  host_matrix<float> design(E * I, width);
+  timed("design rows", [&] {
+    for (index_t e = 0; e < E; ++e) {
+      const float* w1 = w.w1.data() + e * I * H;
+      const float* w3 = w.gated ? w.w3.data() + e * I * H : nullptr;
+      const float* w2 = w.w2.data() + e * H * I;
+      for (index_t i = 0; i < I; ++i) {
+        float* row = design.view().row_ptr(e * I + i);
+        std::copy(w1 + i * H, w1 + (i + 1) * H, row);
+        if (w3 != nullptr) std::copy(w3 + i * H, w3 + (i + 1) * H, row + H);
+        float* down = row + (pieces - 1) * H;
+        for (index_t j = 0; j < H; ++j) down[j] = w2[j * I + i];
+      }
+    }
+  });
+  host_matrix<float> barycenter(I, width);
+  r.permutations = host_matrix<index_t>(E, I);
+  ot::free_support_barycenter_result bary;
+  timed("barycenter", [&] {
+    ot::free_support_barycenter_params bp;
+    bp.max_iterations = s.max_iterations;
+    bary = ot::free_support_barycenter<float>(ctx, bp, split_rows(design.const_view(), E),
+                                              design.const_view().row_range(0, I), barycenter.view(),
+                                              r.permutations.view());
+  });
+  design = host_matrix<float>();  // the largest buffer: freed before the restore's
+  r.w1.resize(static_cast<std::size_t>(I * H));
+  if (w.gated) r.w3.resize(r.w1.size());
+  r.w2.resize(r.w1.size());
+  for (index_t i = 0; i < I; ++i)
+    for (index_t j = 0; j < H; ++j) {
+      r.w1[static_cast<std::size_t>(i * H + j)] = barycenter(i, j);
+      if (w.gated) r.w3[static_cast<std::size_t>(i * H + j)] = barycenter(i, H + j);
+      r.w2[static_cast<std::size_t>(j * I + i)] = barycenter(i, (pieces - 1) * H + j);
+    }
+  round_to_storage(r.w1, expert_dtype);
+  round_to_storage(r.w3, expert_dtype);
+  round_to_storage(r.w2, expert_dtype);
+  moe::ffn_expert_view<float> base;
+  base.w1 = matrix_view<const float>(r.w1.data(), I, H, H);
+  if (w.gated) base.w3 = matrix_view<const float>(r.w3.data(), I, H, H);
+  base.w2 = matrix_view<const float>(r.w2.data(), H, I, I);
+  r.residuals.resize(static_cast<std::size_t>(E));
+  std::vector<double> squared_errors;
+  json residual_bytes = json::array(), formats = json::array();
+  timed("residuals", [&] {
+    sparse::residual_params rp;
+    rp.prune.keep = s.keep;
+    rp.prune.scope = sparse::prune_scope::matrix;
+    rp.encode.format = s.format;
+    rp.encode.values = s.values;
+    for (index_t e = 0; e < E; ++e) {
+      moe::ffn_expert_view<float> expert;
+      expert.w1 = matrix_view<const float>(w.w1.data() + e * I * H, I, H, H);
+      if (w.gated) expert.w3 = matrix_view<const float>(w.w3.data() + e * I * H, I, H, H);
+      expert.w2 = matrix_view<const float>(w.w2.data() + e * H * I, H, I, I);
+      const moe::expert_residual_info info = moe::encode_expert_residual<float>(
+          ctx, rp, base, expert, r.permutations.const_view().row(e), r.residuals[static_cast<std::size_t>(e)]);
+      squared_errors.push_back(info.squared_error);
+      residual_bytes.push_back(info.bytes);
+      const auto& res = r.residuals[static_cast<std::size_t>(e)];
+      formats.push_back(json::array({sparse::to_string(res.w1.format()),
+                                     w.gated ? sparse::to_string(res.w3.format()) : "-",
+                                     sparse::to_string(res.w2.format())}));
+    }
+  });
+  out.stack_experts = E;
+  out.w1.resize(static_cast<std::size_t>(E * I * H));
+  if (w.gated) out.w3.resize(out.w1.size());
+  out.w2.resize(out.w1.size());
+  timed("restore", [&] {
+    host_matrix<float> down(H, I);
+    for (index_t e = 0; e < E; ++e) {
+      const auto& res = r.residuals[static_cast<std::size_t>(e)];
+      const vector_view<const index_t> p = r.permutations.const_view().row(e);
+      sparse::restore_dense<float, float>(ctx, base.w1, res.w1.view(), matrix_view<float>(out.w1.data() + e * I * H, I, H, H), p);
+      if (w.gated)
+        sparse::restore_dense<float, float>(ctx, base.w3, res.w3.view(), matrix_view<float>(out.w3.data() + e * I * H, I, H, H), p);
+      // W2's neurons are its columns: restore in the base's order, then gather column p(i) into column i.
+      sparse::restore_dense<float, float>(ctx, base.w2, res.w2.view(), down.view());
+      float* w2 = out.w2.data() + e * H * I;
+      for (index_t j = 0; j < H; ++j)
+        for (index_t i = 0; i < I; ++i) w2[j * I + i] = down(j, p[i]);
+    }
+  });
+  out.slots.resize(static_cast<std::size_t>(E));
+  std::iota(out.slots.begin(), out.slots.end(), 0);
+  out.router = w.router;
+  out.router_bias = w.router_bias;
+  out.correction_bias = w.correction_bias;
+  out.record["keep"] = s.keep;
+  out.record["values"] = sparse::to_string(s.values);
+  out.record["formats"] = formats;
+  out.record["residual_bytes"] = residual_bytes;
+  out.record["barycenter"] = {{"iterations", bary.iterations}, {"status", to_string(bary.status)},
+                              {"objective", bary.objective}};
+  out.record["resmoe_approximation_error"] = sparse::layer_approximation_error(squared_errors, I);
+  return out;
+}
+
 /// The layer's new form by `s.how`. x: the calibration tokens (0 rows without them).
 new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, const moecomp::model::moe_model& m,
                          const moecomp::model::moe_layer_weights<float>& w, moecomp::matrix_view<const float> x,
                          progress_display& progress, index_t layer_number, const std::string& layer_name,
-                         json& steps) {
+                         json& steps, moecomp::io::safetensors_dtype expert_dtype) {
   using namespace moecomp;
   const index_t E = w.experts, H = w.d_model, N = s.experts;
   const bool calibrated = x.rows() > 0;
@@ -408,6 +539,8 @@ new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, co
     out.record["kept"] = kept;
     return out;
   }
+
+  if (s.how == method::resmoe) return resmoe_layer(ctx, s, w, expert_dtype, timed);
 
   std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
   std::vector<std::int64_t> dominants;
@@ -604,6 +737,44 @@ std::vector<owned_tensor> layer_tensors(const moecomp::io::safetensors_checkpoin
   return out;
 }
 
+/// resmoe's tensors of a layer: the base expert (`PREFIX.resmoe.base.w1/w3/w2.weight`, in the experts' dtype),
+/// the permutations (`PREFIX.resmoe.permutations`, I32, E x I) and each expert's residuals
+/// (`PREFIX.resmoe.experts.E.w1/w3/w2.residual`: U8, the bytes of a moecomp residual file).
+std::vector<owned_tensor> resmoe_layer_tensors(const std::string& prefix, const moecomp::model::moe_layer_weights<float>& w,
+                                               const new_layer::resmoe_part& r, moecomp::io::safetensors_dtype dtype) {
+  using moecomp::io::safetensors_dtype;
+  const index_t E = w.experts, I = w.d_ff, H = w.d_model;
+  std::vector<owned_tensor> out;
+  const std::string base = prefix + ".resmoe.";
+  auto dense = [&](const std::string& name, const std::vector<float>& values, std::vector<index_t> shape) {
+    out.push_back({base + name, dtype, std::move(shape), {}});
+    append_encoded(values.data(), values.size(), dtype, out.back().bytes);
+  };
+  dense("base.w1.weight", r.w1, {I, H});
+  if (w.gated) dense("base.w3.weight", r.w3, {I, H});
+  dense("base.w2.weight", r.w2, {H, I});
+  owned_tensor perms{base + "permutations", safetensors_dtype::i32, {E, I}, {}};
+  perms.bytes.resize(static_cast<std::size_t>(E * I) * 4);
+  for (index_t k = 0; k < E * I; ++k) {
+    const auto v = static_cast<std::int32_t>(r.permutations.data()[k]);
+    std::memcpy(perms.bytes.data() + 4 * k, &v, 4);
+  }
+  out.push_back(std::move(perms));
+  for (index_t e = 0; e < E; ++e) {
+    const auto& res = r.residuals[static_cast<std::size_t>(e)];
+    const std::pair<const char*, const moecomp::sparse::sparse_matrix*> pieces[] = {
+        {"w1", &res.w1}, {"w3", &res.w3}, {"w2", &res.w2}};
+    for (const auto& [piece, matrix] : pieces) {
+      if (std::string(piece) == "w3" && !w.gated) continue;
+      std::vector<std::uint8_t> bytes = moecomp::io::serialize_residual(matrix->view());
+      const auto size = static_cast<index_t>(bytes.size());
+      out.push_back({base + "experts." + std::to_string(e) + "." + piece + ".residual", safetensors_dtype::u8, {size},
+                     std::move(bytes)});
+    }
+  }
+  return out;
+}
+
 std::uint64_t tensor_bytes(const moecomp::io::safetensors_checkpoint& checkpoint, const std::string& name) {
   const auto& info = checkpoint.info(name);
   return info.end - info.begin;
@@ -687,7 +858,9 @@ int compress(const arguments& args, output_files& outputs) {
   if (L == 0) throw usage_error("compress: '" + model_dir + "' has no MoE layer under its layout (" + m.family + ")");
 
   // Options.
-  s.experts = args.integer("--experts", std::max<long long>(E / 2, m.top_k));
+  if (s.how == method::resmoe && args.value("--experts"))
+    throw usage_error("option --experts: resmoe keeps every expert (as a shared base plus a sparse residual each)");
+  s.experts = s.how == method::resmoe ? E : args.integer("--experts", std::max<long long>(E / 2, m.top_k));
   if (s.experts < 1 || s.experts > E)
     throw usage_error("option --experts: expected 1 to " + std::to_string(E) + " (the model's experts per layer), got " +
                       std::to_string(s.experts));
@@ -711,9 +884,24 @@ int compress(const arguments& args, output_files& outputs) {
   } else {
     s.criterion = choose(args, "--criterion", {"frequency", "reap"}, "frequency");
   }
-  if (args.value("--keep") || args.flag("--restore-dense"))
-    throw usage_error(std::string("option ") + (args.value("--keep") ? "--keep" : "--restore-dense") +
-                      ": resmoe only (and resmoe is not built yet)");
+  for (const char* o : {"--keep", "--format", "--values", "--max-iter"})
+    if (args.value(o) && s.how != method::resmoe) throw usage_error(std::string("option ") + o + ": resmoe only");
+  if (args.flag("--restore-dense") && s.how != method::resmoe) throw usage_error("option --restore-dense: resmoe only");
+  if (s.how == method::resmoe) {
+    s.keep = args.number("--keep", 0.25);
+    if (!(s.keep > 0 && s.keep <= 1)) throw usage_error("option --keep: expected a fraction in (0, 1], got " + args.value_or("--keep", ""));
+    s.format = sparse::parse_sparse_format(args.value_or("--format", "auto"));
+    const auto expert_dtype = checkpoint.info(m.layers.front().fused() ? m.layers.front().fused_down
+                                                                        : m.layers.front().down.front()).dtype;
+    const char* natural = expert_dtype == io::safetensors_dtype::bf16  ? "bf16"
+                          : expert_dtype == io::safetensors_dtype::f16 ? "fp16"
+                                                                       : "fp32";
+    s.values = sparse::parse_value_dtype(args.value_or("--values", natural));
+    s.max_iterations = args.integer("--max-iter", 100);
+    if (s.max_iterations < 1) throw usage_error("option --max-iter: expected at least 1, got " + std::to_string(s.max_iterations));
+    if (s.format == sparse::sparse_format::two_of_four)
+      throw usage_error("option --format: 2:4 needs N:M pruning, which compress does not do; use csr16, bitmap or auto");
+  }
   if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
     throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
                       args.value_or("--dtype", "") + "'");
@@ -746,6 +934,12 @@ int compress(const arguments& args, output_files& outputs) {
   interrupt_guard interrupts;
   progress_display progress(!args.flag("--quiet") && ::isatty(2) != 0, args.flag("--progress") && !args.flag("--quiet"), L);
   io::safetensors_sharded_writer writer(staging, "model");
+  std::optional<io::safetensors_sharded_writer> dense_writer;
+  const std::string dense_dir = (fs::path(staging) / "dense").string();
+  if (args.flag("--restore-dense")) {
+    fs::create_directory(dense_dir);
+    dense_writer.emplace(dense_dir, "model");
+  }
   json report;
   report["moecomp_version"] = MOECOMP_VERSION_STRING;
   report["method"] = method_name(s.how);
@@ -761,6 +955,12 @@ int compress(const arguments& args, output_files& outputs) {
   } else if (s.how == method::cka_merge) {
     options["similarity"] = s.similarity;
     options["merge"] = merge::to_string(s.merge);
+  } else if (s.how == method::resmoe) {
+    options["keep"] = s.keep;
+    options["format"] = sparse::to_string(s.format);
+    options["values"] = sparse::to_string(s.values);
+    options["max_iter"] = s.max_iterations;
+    options["restore_dense"] = args.flag("--restore-dense");
   } else {
     options["criterion"] = s.criterion;
   }
@@ -791,9 +991,9 @@ int compress(const arguments& args, output_files& outputs) {
         x = t.to_matrix<float>();
       }
       json steps = json::object();
-      new_layer c = compress_layer(ctx, s, m, w, x.const_view(), progress, i, layer_name, steps);
+      const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
+      new_layer c = compress_layer(ctx, s, m, w, x.const_view(), progress, i, layer_name, steps, expert_dtype);
       {
-        const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
         round_to_storage(c.w1, expert_dtype);
         round_to_storage(c.w3, expert_dtype);
         round_to_storage(c.w2, expert_dtype);
@@ -806,29 +1006,37 @@ int compress(const arguments& args, output_files& outputs) {
       double reference_norm = 0;
       const double error = layer_error(ctx, m, w, c, x.const_view(), reference_norm);
       progress.update(i, layer_name, "writing");
+      // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
+      // expert; for resmoe also the router). With --restore-dense, the restored experts go to dense/ too.
       const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c);
-      std::vector<io::safetensors_entry> entries;
+      const bool resmoe = c.resmoe != nullptr;
+      std::vector<owned_tensor> resmoe_tensors;
+      if (resmoe) resmoe_tensors = resmoe_layer_tensors(layer_name, w, *c.resmoe, expert_dtype);
+      auto is_expert = [&](const std::string& n) {
+        return std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
+               std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
+               std::find(names.down.begin(), names.down.end(), n) != names.down.end() || n == names.gate_up ||
+               n == names.fused_down;
+      };
+      std::vector<io::safetensors_entry> entries, dense_entries;
       double layer_before = 0, layer_after = 0;
       for (const std::string& n : names.tensor_names()) {
-        const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
         const auto bytes = static_cast<double>(tensor_bytes(checkpoint, n));
         layer_before += bytes;
-        if (!replaced) {
-          // The shared expert, or an expert name beyond E_out (dropped).
-          const bool expert = std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
-                              std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
-                              std::find(names.down.begin(), names.down.end(), n) != names.down.end();
-          if (!expert) {
-            entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
-            layer_after += bytes;
-          }
-        }
         written.insert(n);
+        if (is_expert(n)) continue;  // replaced, dropped, or (resmoe) stored as base plus residuals
+        const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
+        if (!replaced || resmoe) {
+          entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+          layer_after += bytes;
+        }
+        if (!replaced) dense_entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
       }
-      for (const owned_tensor& t : tensors) {
+      for (const owned_tensor& t : resmoe ? resmoe_tensors : tensors) {
         entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
         layer_after += static_cast<double>(t.bytes.size());
       }
+      for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
       // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
       double distinct_after = layer_after;
       if (s.how == method::hc_smoe) {
@@ -838,12 +1046,14 @@ int compress(const arguments& args, output_files& outputs) {
       }
       interrupt_guard::check();
       writer.write_shard(entries, checkpoint.metadata());
+      if (dense_writer) dense_writer->write_shard(dense_entries, checkpoint.metadata());
       const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
                                 (w.gated ? 3.0 : 2.0);
       json record;
       record["layer"] = layer_name;
       record["experts"] = static_cast<index_t>(c.slots.size());
-      record["distinct_experts"] = s.how == method::prune ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
+      record["distinct_experts"] =
+          s.how == method::prune || resmoe ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
       for (auto it = c.record.begin(); it != c.record.end(); ++it) record[it.key()] = it.value();
       record["output_relative_error"] = std::isnan(error) ? json(nullptr) : json(error);
       record["calibration_tokens"] = x.rows();
@@ -865,6 +1075,10 @@ int compress(const arguments& args, output_files& outputs) {
       if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
     if (!rest.empty()) writer.write_shard(rest, checkpoint.metadata());
     writer.finish();
+    if (dense_writer) {
+      if (!rest.empty()) dense_writer->write_shard(rest, checkpoint.metadata());
+      dense_writer->finish();
+    }
 
     // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
     json config = json::parse(config_text);
@@ -877,19 +1091,38 @@ int compress(const arguments& args, output_files& outputs) {
     record["experts_before"] = E;
     record["version"] = MOECOMP_VERSION_STRING;
     if (!id_maps.empty()) record["id_maps"] = id_maps;
-    config["moecomp_compression"] = record;
-    {
-      std::ofstream f(fs::path(staging) / "config.json");
-      f << config.dump(2) << "\n";
-      if (!f) throw io_error("compress: cannot write config.json into '" + staging + "'");
+    if (s.how == method::resmoe) {
+      record["keep"] = s.keep;
+      record["values"] = sparse::to_string(s.values);
+      record["format"] = sparse::to_string(s.format);
+      json prefixes = json::array();
+      for (const auto& l : layers) prefixes.push_back(l["layer"]);
+      record["layers"] = prefixes;
     }
+    config["moecomp_compression"] = record;
+    const auto write_config = [&](const std::string& dir, const json& c) {
+      std::ofstream f(fs::path(dir) / "config.json");
+      f << c.dump(2) << "\n";
+      if (!f) throw io_error("compress: cannot write config.json into '" + dir + "'");
+    };
+    write_config(staging, config);
     // The model directory's other files (tokenizer, generation config) come along, unchanged.
-    for (const auto& entry : fs::directory_iterator(model_dir)) {
-      const std::string name = entry.path().filename().string();
-      if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
-          name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
-        continue;
-      fs::copy_file(entry.path(), fs::path(staging) / name);
+    const auto copy_other_files = [&](const std::string& dir) {
+      for (const auto& entry : fs::directory_iterator(model_dir)) {
+        const std::string name = entry.path().filename().string();
+        if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
+            name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
+          continue;
+        fs::copy_file(entry.path(), fs::path(dir) / name);
+      }
+    };
+    copy_other_files(staging);
+    if (dense_writer) {  // an ordinary checkpoint of the restored experts: the input's config, and a record
+      json dense_config = json::parse(config_text);
+      dense_config["moecomp_compression"] = record;
+      dense_config["moecomp_compression"]["restored_dense"] = true;
+      write_config(dense_dir, dense_config);
+      copy_other_files(dense_dir);
     }
     progress.finish();
   } catch (const interrupted& i) {
@@ -950,14 +1183,14 @@ int compress(const arguments& args, output_files& outputs) {
 
 const command_registration compress_registration{command{
     {"compress",
-     "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, or "
+     "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, or "
      "expert pruning",
-     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|prune [--experts N] [--calibration FILE] "
+     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune [--experts N] [--calibration FILE] "
      "[--features F] [--linkage L] [--merge M] [--similarity S] [--criterion C] [--seed S] [--layouts DIR] "
-     "[--report R.json] [--quiet] [--progress] [--json]",
+     "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
-     {{"--method", true, "hc-smoe|cka-merge|prune (required; resmoe and moefy are not built yet)"},
+     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (required; moefy is not built yet)"},
       {"--experts", true, "N: experts per MoE layer after compression (default: half, at least top-k)"},
       {"--calibration", true,
        "FILE.safetensors with layers.{i}.moe_input (T x hidden) per MoE layer (default MODEL_DIR/calibration.safetensors)"},
@@ -970,8 +1203,11 @@ const command_registration compress_registration{command{
       {"--criterion", true, "prune: frequency|reap (default frequency)"},
       {"--seed", true, "seed of moecomp's generator (token caps, partition restarts; default 0)"},
       {"--layouts", true, "DIR: read the checkpoint layouts from DIR/*.json instead of the built-in ones"},
-      {"--keep", true, "resmoe: the fraction of residual entries kept (resmoe is not built yet)"},
-      {"--restore-dense", false, "resmoe: also write the restored dense checkpoint (resmoe is not built yet)"},
+      {"--keep", true, "resmoe: the fraction of each expert's design residual kept, (0, 1] (default 0.25, ResMoE's)"},
+      {"--format", true, "resmoe: the residuals' format csr16|bitmap|auto (default auto: the smallest)"},
+      {"--values", true, "resmoe: the residuals' values fp32|fp16|bf16 (default: the experts' dtype)"},
+      {"--max-iter", true, "resmoe: barycenter iterations (default 100, POT's and ResMoE's)"},
+      {"--restore-dense", false, "resmoe: also write OUT_DIR/dense, an ordinary checkpoint of the restored experts"},
       {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)"},
       {"--quiet", false, "no progress display"},
       {"--progress", false, "progress as one line per step on stderr, also when stderr is not a terminal"}},

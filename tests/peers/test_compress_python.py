@@ -18,6 +18,9 @@ For each method and option set:
   bytes, the router rows are the kept rows.
 * Each layer's reported output error is numpy's (float64 MoE forward of the input layer and of the written
   layer on the calibration tokens: softmax, top-2 renormalised, SwiGLU experts), within 2e-4 relative.
+* resmoe: the checkpoint holds the router as it was, the base expert, the permutations and one residual file
+  per expert matrix (U8 tensors); dense/ (--restore-dense) holds, after rounding to bfloat16, exactly what
+  `moecomp residual-decode` (the library's restore) gives from them; ResMoE's approximation error is numpy's.
 * Without calibration tokens hc-smoe runs from weights and reports no error.
 * An interrupted run (SIGINT while layer 2 runs) and a run failing at layer 4 (calibration without
   layers.3.moe_input) leave no OUT_DIR and no temporary directory.
@@ -40,8 +43,8 @@ from peer_common import ToolRunner, require  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMBEDDED = os.path.normpath(os.path.join(HERE, "..", "..", "models", "tiny-moe"))
-CODES = {"F32": "<f4", "F64": "<f8", "BF16": "<u2", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
-SIZES = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "I64": 8, "I32": 4}
+CODES = {"F32": "<f4", "F64": "<f8", "BF16": "<u2", "F16": "<f2", "I64": "<i8", "I32": "<i4", "U8": "u1"}
+SIZES = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "U8": 1}
 PREFIX = "model.layers.{}.block_sparse_moe."
 
 
@@ -264,6 +267,63 @@ def main():
                 bad += int(not np.array_equal(router, decode(c.original[f"{PREFIX.format(i)}gate.weight"])[layer["kept"]]))
             c.check(f"{label}: kept experts, scores, bytes and router rows", bad == 0, f"{bad} differences")
 
+        # resmoe: the base, the permutations and the residual files in the checkpoint; the restored experts in
+        # dense/ are the library's restore (`moecomp residual-decode`) of those, rounded to bf16.
+        report = c.compress("resmoe --restore-dense", out, "--method", "resmoe", "--restore-dense")
+        if report:
+            dense = c.common("resmoe --restore-dense (dense/)", os.path.join(out, "dense"), report, 8)
+            stored = read_checkpoint(out)
+            moe_names = {n for n in stored if ".block_sparse_moe." in n}
+            want = {f"{PREFIX.format(i)}gate.weight" for i in range(4)} | {
+                f"{PREFIX.format(i)}resmoe.{k}" for i in range(4)
+                for k in ("base.w1.weight", "base.w3.weight", "base.w2.weight", "permutations")} | {
+                f"{PREFIX.format(i)}resmoe.experts.{e}.{w}.residual" for i in range(4) for e in range(8)
+                for w in ("w1", "w3", "w2")}
+            c.check("resmoe: the stored tensors", moe_names == want and all(
+                stored[f"{PREFIX.format(i)}gate.weight"] == c.original[f"{PREFIX.format(i)}gate.weight"] for i in range(4)),
+                f"{len(moe_names)} MoE tensors, router as the input's")
+            bad, worst = 0, 0.0
+            folder = c.path("resmoe-decode")
+            os.makedirs(folder, exist_ok=True)
+            for i, layer in enumerate(report["layers"]):
+                p = f"{PREFIX.format(i)}resmoe."
+                perms = np.frombuffer(stored[p + "permutations"][2], dtype="<i4").reshape(8, 256)
+                restored_base = {}
+                squared = []
+                for e in range(8):
+                    np.save(os.path.join(folder, "p.npy"), perms[e].astype(np.int64))
+                    for w in ("w1", "w3", "w2"):
+                        np.save(os.path.join(folder, "base.npy"), decode(stored[p + f"base.{w}.weight"]).astype(np.float32))
+                        with open(os.path.join(folder, "r.bin"), "wb") as f:
+                            f.write(stored[p + f"experts.{e}.{w}.residual"][2])
+                        args = ["residual-decode", f"{folder}/base.npy", f"{folder}/r.bin", "-o", f"{folder}/out.npy"]
+                        r = c.run(*(args + (["--permutation", f"{folder}/p.npy"] if w != "w2" else [])))
+                        assert r.returncode == 0, r.stderr
+                        decoded = np.load(f"{folder}/out.npy")
+                        restored_base[w] = decoded if w == "w2" else decoded[np.argsort(perms[e])]  # base order
+                        if w == "w2":
+                            decoded = decoded[:, perms[e]]  # neurons are W2's columns: column i = base column p(i)
+                        got = decode(dense[f"{PREFIX.format(i)}experts.{e}.{w}.weight"])
+                        bad += int(not np.array_equal(got, bf16_round(decoded)))
+                    # ResMoE's approximation error: || design_e - (B + R) in the base's order ||^2.
+                    design = np.concatenate([decode(c.original[f"{PREFIX.format(i)}experts.{e}.{w}.weight"])
+                                             for w in ("w1", "w3")] +
+                                            [decode(c.original[f"{PREFIX.format(i)}experts.{e}.w2.weight"]).T], axis=1)
+                    approx = np.concatenate([restored_base["w1"], restored_base["w3"], restored_base["w2"].T], axis=1)
+                    squared.append(float(((design - approx[perms[e]].astype(np.float64)) ** 2).sum()))
+                error = np.mean(squared) / 256
+                worst = max(worst, abs(error - layer["resmoe_approximation_error"]) / error)
+            c.check("resmoe: dense/ holds the library's restore of the stored base and residuals", bad == 0,
+                    f"{bad} of 96 tensors differ")
+            c.check("resmoe: ResMoE's approximation error is numpy's", worst <= 1e-3, f"worst relative difference {worst:.1e}")
+            c.check("resmoe: about a quarter of the residual entries kept, bf16 values",
+                    report["options"]["keep"] == 0.25 and report["options"]["values"] == "bf16" and
+                    report["totals"]["bits_per_weight"] < 8, f"{report['totals']['bits_per_weight']:.2f} bits per weight")
+        report = c.compress("resmoe without --restore-dense", out, "--method", "resmoe", "--keep", "0.5")
+        if report:
+            c.check("resmoe without --restore-dense: no dense/", not os.path.exists(os.path.join(out, "dense")) and
+                    report["options"]["keep"] == 0.5, str(report["options"]))
+
         # Without calibration tokens: hc-smoe from weights, no error reported.
         bare = c.path("bare-model")
         shutil.copytree(EMBEDDED, bare, ignore=shutil.ignore_patterns("calibration.safetensors", "heldout.bin"))
@@ -326,7 +386,10 @@ def main():
         c.expect_directory_error("prune without calibration", ["compress", bare, "--method", "prune"],
                                  "needs calibration tokens")
         c.expect_directory_error("an unknown method", ["compress", "--method", "zip"], "--method", "zip")
-        c.expect_directory_error("resmoe, not built", ["compress", "--method", "resmoe"], "not built yet")
+        c.expect_directory_error("moefy, not built", ["compress", "--method", "moefy"], "not built yet")
+        c.expect_directory_error("--keep outside (0, 1]", ["compress", "--method", "resmoe", "--keep", "1.5"], "--keep")
+        c.expect_directory_error("--keep for another method", ["compress", "--method", "prune", "--keep", "0.5"],
+                                 "--keep", "resmoe only")
         c.expect_directory_error("an option of another method", ["compress", "--method", "prune", "--linkage", "ward"],
                                  "--linkage", "hc-smoe only")
 
