@@ -14,10 +14,15 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
 
 namespace fs = std::filesystem;
 namespace io = moecomp::io;
@@ -430,6 +435,46 @@ TEST_CASE("safetensors: files on disk are mapped; a failed write leaves nothing 
     CHECK_THROWS_AS(io::write_safetensors(dir.file("folder"), entries), moecomp::io_error);
     CHECK(dir.entries().size() == 2);
   }
+}
+
+#if defined(__linux__)
+/// This process's resident pages, in bytes (/proc/self/statm's second field).
+double resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  double pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+#endif
+
+TEST_CASE("safetensors: release takes a tensor's pages out of the resident set and loses nothing") {
+  temp_dir dir("safetensors_release");
+  const index_t n = index_t(1) << 21;  // 8 MiB of float
+  const std::vector<float> values = counting<float>(static_cast<std::size_t>(n), 0.25, -3.0);
+  const std::string path = dir.file("big.safetensors");
+  io::write_safetensors(path, {{"small", io::safetensors_dtype::f32, {4}, values.data()},
+                               {"big", io::safetensors_dtype::f32, {n}, values.data()}});
+  const io::safetensors_file file = io::read_safetensors(path);
+  const auto sum = [&] {
+    double total = 0;
+    const auto v = file.tensor("big").vector<float>();
+    for (index_t i = 0; i < n; ++i) total += v[i];
+    return total;
+  };
+  const double expected = sum();  // every page of "big" read
+#if defined(__linux__)
+  const double before = resident_bytes();
+  file.release("big");
+  const double after = resident_bytes();
+  INFO("resident before ", before, " bytes, after ", after);
+  CHECK(before - after >= 7.0 * 1024 * 1024);  // the 8 MiB tensor's whole pages
+#else
+  file.release("big");
+#endif
+  CHECK(sum() == expected);  // read again from the file
+  CHECK(file.tensor("small").vector<float>()[3] == values[3]);
+  CHECK(contains(moecomp_test::thrown_message([&] { file.release("nothing"); }),
+                 "safetensors_file::release: name must be a tensor of"));
 }
 
 TEST_CASE("safetensors: sharded checkpoints are written shard by shard and read through the index") {

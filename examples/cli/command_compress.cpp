@@ -107,6 +107,11 @@ class progress_display {
     std::ostringstream s;
     s.setf(std::ios::fixed);
     s.precision(1);
+    if (terminal_) {  // a bar of the layers done
+      const auto done = static_cast<int>(20 * layer / std::max<index_t>(1, layers_));
+      s << "[" << std::string(static_cast<std::size_t>(done), '#') << std::string(static_cast<std::size_t>(20 - done), '.')
+        << "] ";
+    }
     s << "layer " << layer + 1 << " of " << layers_ << " (" << name << "): " << step << ", " << elapsed << " s";
     if (layer > 0) s << ", about " << elapsed / static_cast<double>(layer) * static_cast<double>(layers_ - layer) << " s left";
     if (terminal_) std::fprintf(stderr, "\r\033[K%s", s.str().c_str());
@@ -989,6 +994,7 @@ int compress(const arguments& args, output_files& outputs) {
           throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(w.d_model) +
                             " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
         x = t.to_matrix<float>();
+        calibration->release(key);
       }
       json steps = json::object();
       const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
@@ -1047,6 +1053,8 @@ int compress(const arguments& args, output_files& outputs) {
       interrupt_guard::check();
       writer.write_shard(entries, checkpoint.metadata());
       if (dense_writer) dense_writer->write_shard(dense_entries, checkpoint.metadata());
+      // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
+      for (const std::string& n : names.tensor_names()) checkpoint.release(n);
       const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
                                 (w.gated ? 3.0 : 2.0);
       json record;

@@ -200,6 +200,16 @@ class safetensors_file {
   std::uint64_t file_bytes() const noexcept { return bytes_.size(); }
   /// Whether the bytes are memory-mapped (read_safetensors on POSIX) rather than held in memory.
   bool memory_mapped() const noexcept { return bytes_.is_mapped(); }
+  /// Takes the pages of tensor `name` that were read out of this process's resident set (memory-mapped files
+  /// only; the whole pages inside the tensor): for reading a checkpoint layer by layer without the pages read
+  /// so far counting against the process. Nothing is lost: views stay valid, a later read maps the pages in
+  /// again from the file (or the page cache). invalid_argument when the file has no such tensor.
+  void release(const std::string& name) const {
+    const safetensors_tensor_info* info = find(name);
+    MOECOMP_EXPECTS(info != nullptr, "safetensors_file::release: name must be a tensor of '", source(), "', got '", name,
+                    "'");
+    bytes_.release_pages(data_offset() + info->begin, info->end - info->begin);
+  }
 
  private:
   friend safetensors_file read_safetensors(const std::string&);
@@ -436,6 +446,13 @@ class safetensors_checkpoint {
   }
   /// The shard files, in the order the index first names them.
   const std::vector<safetensors_file>& shards() const noexcept { return shards_; }
+  /// safetensors_file::release for the shard holding `name`.
+  void release(const std::string& name) const {
+    const auto it = where_.find(name);
+    MOECOMP_EXPECTS(it != where_.end(), "safetensors_checkpoint::release: name must be a tensor of '", source_,
+                    "', got '", name, "'");
+    shards_[it->second].release(name);
+  }
   /// The first shard's "__metadata__" (Hugging Face writes {"format": "pt"} into every shard).
   const std::map<std::string, std::string>& metadata() const noexcept { return shards_.front().metadata(); }
   /// The sum of every tensor's byte count.

@@ -486,6 +486,23 @@ class mapped_file {
   const unsigned char* data() const noexcept { return data_; }
   std::uint64_t size() const noexcept { return size_; }
   bool is_mapped() const noexcept { return mapped_; }
+  /// Drops the whole pages inside [offset, offset + bytes) from this process's resident set (madvise
+  /// MADV_DONTNEED on the read-only private mapping: nothing is lost, a later read faults the pages in from
+  /// the file again). Nothing for bytes held in memory.
+  void release_pages(std::uint64_t offset, std::uint64_t bytes) const noexcept {
+#if MOECOMP_SAFETENSORS_MMAP
+    if (!mapped_ || bytes == 0 || offset >= size_) return;
+    const long page_size = ::sysconf(_SC_PAGESIZE);
+    const auto page = static_cast<std::uint64_t>(page_size > 0 ? page_size : 4096);
+    const std::uint64_t end = std::min(size_, offset + bytes);
+    const std::uint64_t first = (offset + page - 1) / page * page, last = end / page * page;
+    if (last > first)
+      ::madvise(const_cast<unsigned char*>(data_) + first, static_cast<std::size_t>(last - first), MADV_DONTNEED);
+#else
+    (void)offset;
+    (void)bytes;
+#endif
+  }
 
  private:
   [[noreturn]] static void fail_open(const std::string& path, const char* function, int code) {
