@@ -190,15 +190,12 @@ struct owned_tensor {
   std::vector<unsigned char> bytes;
 };
 
-std::size_t float_item_size(moecomp::io::safetensors_dtype dtype, const std::string& name) {
+/// Refuses a tensor the method would rewrite but append_encoded cannot store (an integer or FP8 dtype).
+void require_float_dtype(moecomp::io::safetensors_dtype dtype, const std::string& name) {
   using moecomp::io::safetensors_dtype;
-  switch (dtype) {
-    case safetensors_dtype::f32: return 4;
-    case safetensors_dtype::f64: return 8;
-    case safetensors_dtype::bf16:
-    case safetensors_dtype::f16: return 2;
-    default: break;
-  }
+  if (dtype == safetensors_dtype::f32 || dtype == safetensors_dtype::f64 || dtype == safetensors_dtype::bf16 ||
+      dtype == safetensors_dtype::f16)
+    return;
   throw usage_error("compress: tensor '" + name + "' is stored as " + std::string(moecomp::io::to_string(dtype)) +
                     "; compress writes merged experts as F32, F64, BF16 or F16 only");
 }
@@ -640,9 +637,8 @@ new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, co
 /// || y - y' ||_F / || y ||_F of the layer's output on x (0 rows: NaN), through moe_layer_forward.
 double layer_error(const moecomp::host_context& ctx, const moecomp::model::moe_model& m,
                    const moecomp::model::moe_layer_weights<float>& w, const new_layer& c,
-                   moecomp::matrix_view<const float> x, double& reference_norm) {
+                   moecomp::matrix_view<const float> x) {
   using namespace moecomp;
-  reference_norm = std::numeric_limits<double>::quiet_NaN();
   if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
   moe::moe_layer_params params;
   params.routing = model::routing_of(m);
@@ -682,7 +678,6 @@ double layer_error(const moecomp::host_context& ctx, const moecomp::model::moe_m
       diff += (a - b) * (a - b);
       ref += a * a;
     }
-  reference_norm = std::sqrt(ref);
   return std::sqrt(diff) / std::sqrt(ref);
 }
 
@@ -703,7 +698,7 @@ std::vector<owned_tensor> layer_tensors(const moecomp::io::safetensors_checkpoin
   auto add = [&](const std::string& name, std::vector<index_t> shape) -> owned_tensor& {
     const auto dtype = checkpoint.info(name).dtype;
     out.push_back({name, dtype, std::move(shape), {}});
-    out.back().bytes.reserve(static_cast<std::size_t>(float_item_size(dtype, name)));
+    require_float_dtype(dtype, name);
     return out.back();
   };
   {
@@ -1009,8 +1004,7 @@ int compress(const arguments& args, output_files& outputs) {
           round_to_storage(c.correction_bias, checkpoint.info(names.correction_bias).dtype);
       }
       progress.update(i, layer_name, "error");
-      double reference_norm = 0;
-      const double error = layer_error(ctx, m, w, c, x.const_view(), reference_norm);
+      const double error = layer_error(ctx, m, w, c, x.const_view());
       progress.update(i, layer_name, "writing");
       // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
       // expert; for resmoe also the router). With --restore-dense, the restored experts go to dense/ too.
