@@ -116,7 +116,7 @@ void add_mixtral_layer(synthetic_checkpoint& s, index_t layer, index_t E, index_
 TEST_CASE("layouts: every file of the repository's layouts/ parses, and each family is there") {
   std::vector<std::string> families;
   for (const auto& l : repository_layouts()) families.push_back(l.family);
-  CHECK(families == std::vector<std::string>{"deepseek", "mixtral-fused", "mixtral", "olmoe", "qwen2_moe",
+  CHECK(families == std::vector<std::string>{"deepseek", "mistral", "mixtral-fused", "mixtral", "olmoe", "qwen2_moe",
                                              "switch_transformers"});
 }
 
@@ -162,6 +162,89 @@ TEST_CASE("layouts: Mixtral, per-expert tensors in bf16, loaded exactly as float
   // bfloat16 storage round-trips bit for bit.
   const auto wb = model::load_moe_layer<bfloat16>(c, m, 0);
   CHECK(static_cast<float>(wb.w1[7]) == s.values["model.layers.0.block_sparse_moe.experts.0.w1.weight"][7]);
+}
+
+TEST_CASE("layouts: a dense Mistral or Llama checkpoint, each layer's FFN loaded exactly (moefy's input)") {
+  temp_dir dir("layout_dense");
+  synthetic_checkpoint s;
+  s.dtype = io::safetensors_dtype::bf16;
+  const index_t F = 8, H = 5;
+  for (index_t l = 0; l < 3; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    s.add(p + "gate_proj.weight", {F, H});
+    s.add(p + "up_proj.weight", {F, H});
+    s.add(p + "down_proj.weight", {H, F});
+    s.add("model.layers." + std::to_string(l) + ".self_attn.q_proj.weight", {H, H});  // not the FFN: ignored
+  }
+  for (const char* type : {"mistral", "llama", "qwen2"}) {
+    CAPTURE(type);
+    s.write(dir, std::string(R"({"model_type": ")") + type +
+                     R"(", "num_hidden_layers": 3, "hidden_size": 5, "intermediate_size": 8, "hidden_act": "silu"})");
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    const model::dense_model m =
+        model::describe_dense_model(repository_layouts(), moecomp_test::read_file(dir.file("config.json")), c);
+    CHECK(m.family == "mistral");
+    CHECK(m.model_type == type);
+    CHECK(m.hidden_size == H);
+    CHECK(m.ffn_size == F);
+    CHECK(m.gated);
+    CHECK(m.activation == moecomp::moe::activation::silu);
+    REQUIRE(m.layers.size() == 3);
+    CHECK(m.layers[2].gate == "model.layers.2.mlp.gate_proj.weight");
+    CHECK(m.layers[2].tensor_names() == std::vector<std::string>{"model.layers.2.mlp.gate_proj.weight",
+                                                                 "model.layers.2.mlp.up_proj.weight",
+                                                                 "model.layers.2.mlp.down_proj.weight"});
+    const auto w = model::load_dense_ffn<float>(c, m, 1);
+    const auto ffn = w.view();
+    CHECK(ffn.w1.rows() == F);
+    CHECK(ffn.w2.rows() == H);
+    const auto& up = s.values["model.layers.1.mlp.up_proj.weight"];
+    const auto& down = s.values["model.layers.1.mlp.down_proj.weight"];
+    for (index_t i = 0; i < F; ++i)
+      for (index_t j = 0; j < H; ++j) {
+        CHECK(ffn.w3(i, j) == up[static_cast<std::size_t>(i * H + j)]);
+        CHECK(ffn.w2(j, i) == down[static_cast<std::size_t>(j * F + i)]);
+      }
+  }
+  // intermediate_size missing: read from the tensors.
+  s.write(dir, R"({"model_type": "llama", "num_hidden_layers": 3, "hidden_act": "silu"})");
+  {
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    const auto m = model::describe_dense_model(repository_layouts(), moecomp_test::read_file(dir.file("config.json")), c);
+    CHECK(m.ffn_size == F);
+    CHECK(m.hidden_size == H);
+    CHECK(contains(moecomp_test::thrown_message([&] { (void)model::load_dense_ffn<float>(c, m, 3); }),
+                   "load_dense_ffn: index must be in [0, 3), got 3"));
+  }
+  // Each describe function refuses the other kind of model, and says which to use.
+  auto dense_error = [&](const std::string& config) {
+    write_file(dir.file("config.json"), config);
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    try {
+      model::describe_dense_model(repository_layouts(), config, c, "config.json");
+    } catch (const moecomp::io_error& e) {
+      return std::string(e.what());
+    }
+    FAIL_CHECK("expected an io_error");
+    return std::string();
+  };
+  write_file(dir.file("config.json"), R"({"model_type": "mistral", "num_hidden_layers": 3})");
+  CHECK(contains(describe_error(dir), "describe_moe_model: model_type 'mistral' is a dense family (the mistral layout"));
+  CHECK(contains(dense_error(R"({"model_type": "mixtral", "num_hidden_layers": 3})"),
+                 "describe_dense_model: model_type 'mixtral' is an MoE family (the mixtral-fused layout"));
+  CHECK(contains(dense_error(R"({"model_type": "gpt2", "num_hidden_layers": 3})"),
+                 "unknown architecture: no dense checkpoint layout maps model_type 'gpt2' (the dense layouts know llama, "
+                 "mistral, qwen2)"));
+  CHECK(contains(dense_error(R"({"model_type": "mistral", "num_hidden_layers": 4})"),
+                 "no layout of model_type 'mistral' fits the checkpoint: the mistral layout ('"));
+  CHECK(contains(dense_error(R"({"model_type": "mistral", "num_hidden_layers": 4})"),
+                 "needs 'model.layers.3.mlp.gate_proj.weight'"));
+  CHECK(contains(dense_error(R"({"model_type": "mistral", "num_hidden_layers": 3, "intermediate_size": 9})"),
+                 "tensor 'model.layers.0.mlp.gate_proj.weight' (the FFN's gate projection) must have the shape [9, 5], "
+                 "got [8, 5]"));
+  CHECK(contains(dense_error(R"({"model_type": "mistral", "num_hidden_layers": 3, "hidden_act": "mish"})"),
+                 "describe_dense_model: config 'config.json' has the activation 'mish'"));
+  CHECK(contains(dense_error(R"({"model_type": "mistral"})"), "lacks \"num_hidden_layers\""));
 }
 
 TEST_CASE("layouts: Mixtral with fused 3-D expert tensors splits gate rows from up rows") {
@@ -367,8 +450,8 @@ TEST_CASE("layouts: errors name what is missing") {
   SUBCASE("an unknown architecture names the model_type and the known ones") {
     write_file(dir.file("config.json"), R"({"model_type": "jamba", "num_hidden_layers": 1})");
     const std::string message = describe_error(dir);
-    CHECK_MESSAGE(contains(message, "unknown architecture: no checkpoint layout maps model_type 'jamba' (the layouts "
-                                    "know deepseek_v2, deepseek_v3, mixtral, olmoe, qwen2_moe, switch_transformers)"),
+    CHECK_MESSAGE(contains(message, "unknown architecture: no checkpoint layout maps model_type 'jamba' (the MoE "
+                                    "layouts know deepseek_v2, deepseek_v3, mixtral, olmoe, qwen2_moe, switch_transformers)"),
                   message);
   }
   SUBCASE("a checkpoint that no layout of its type fits names each layout's missing tensor") {
@@ -430,6 +513,19 @@ TEST_CASE("layouts: errors name what is missing") {
     CHECK(contains(refused(R"({"family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l.{layer}.{expert}"}]})"),
                    "has the placeholder {expert}, which is not allowed there"));
     CHECK(contains(refused("[1]"), "checkpoint layout 'bad.json' must be a JSON object"));
+    // Dense families: "dense_ffn" instead of "router" and "experts", never both.
+    const std::string dense = R"("family": "x", "model_types": ["x"], "stacks": [{"name": "d", "layers": "n", "prefix": "l.{layer}."}])";
+    const auto parsed = model::parse_checkpoint_layout("{" + dense + R"(, "dense_ffn": {"gate": "g", "down": "d"}})");
+    CHECK(parsed.dense());
+    CHECK(parsed.dense_up.empty());
+    CHECK(contains(refused("{" + dense + "}"), "it lacks the \"router\" object (or \"dense_ffn\" for a dense family)"));
+    CHECK(contains(refused("{" + dense + R"(, "dense_ffn": {"gate": "g", "down": "d"}, "router": {"weight": "r"}})"),
+                   "it has \"dense_ffn\" (a dense family) and also \"router\"; give one kind"));
+    CHECK(contains(refused("{" + dense + R"(, "dense_ffn": {"gate": "g", "down": "d", "bias": "b"}})"),
+                   "\"dense_ffn\" has the unknown key \"bias\" (known: gate, up, down)"));
+    CHECK(contains(refused("{" + dense + R"(, "dense_ffn": {"down": "d"}})"), "\"dense_ffn\" lacks \"gate\""));
+    CHECK(contains(refused("{" + dense + R"(, "dense_ffn": {"gate": "e.{expert}", "down": "d"}})"),
+                   "has the placeholder {expert}, which is not allowed there"));
   }
   SUBCASE("load_moe_layer refuses an index out of range") {
     const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());

@@ -13,6 +13,9 @@
 // first whose tensors the checkpoint has. It checks every MoE layer's names and shapes against the config,
 // reading headers only. An unknown model_type, a checkpoint that no layout of its type fits, a config that
 // lacks a key the layout needs, and a tensor of the wrong shape are io_errors naming what is missing.
+//
+// Dense families (a layout with "dense_ffn": Mistral, Llama, Qwen2) are what the MoEfication split reads:
+// describe_dense_model and load_dense_ffn do for their FFNs what the two above do for MoE layers.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
@@ -89,8 +92,10 @@ namespace detail {
 /// Reads a layout's fields from a config: the mapped key, else the layout's default.
 class config_reader {
  public:
-  config_reader(const nlohmann::json& config, const checkpoint_layout& layout, const std::string& source)
-      : config_(config), layout_(layout), source_(source) {}
+  /// `function` names the caller in messages.
+  config_reader(const nlohmann::json& config, const checkpoint_layout& layout, const std::string& source,
+                const char* function = "describe_moe_model")
+      : config_(config), layout_(layout), source_(source), function_(function) {}
 
   std::optional<nlohmann::json> field(const char* name) const {
     const auto key = layout_.config.find(name);
@@ -105,9 +110,9 @@ class config_reader {
   [[noreturn]] void lacks(const char* name) const {
     const auto key = layout_.config.find(name);
     if (key == layout_.config.end())
-      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: the ", layout_.family, " layout ('", layout_.source,
+      MOECOMP_FAIL(error_kind::io_error, function_, ": the ", layout_.family, " layout ('", layout_.source,
                    "') maps no config key to ", name, " and gives no default");
-    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", source_, "' lacks \"", key->second, "\" (the ",
+    MOECOMP_FAIL(error_kind::io_error, function_, ": config '", source_, "' lacks \"", key->second, "\" (the ",
                  layout_.family, " layout's ", name, ")");
   }
   index_t integer(const char* name, std::optional<index_t> otherwise = std::nullopt) const {
@@ -121,19 +126,19 @@ class config_reader {
   bool boolean(const char* name) const {
     const auto value = field(name);
     if (!value) lacks(name);
-    if (!value->is_boolean()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", describe(name), " must be true or false");
+    if (!value->is_boolean()) MOECOMP_FAIL(error_kind::io_error, function_, ": ", describe(name), " must be true or false");
     return value->get<bool>();
   }
   std::string text(const char* name) const {
     const auto value = field(name);
     if (!value) lacks(name);
-    if (!value->is_string()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", describe(name), " must be a string");
+    if (!value->is_string()) MOECOMP_FAIL(error_kind::io_error, function_, ": ", describe(name), " must be a string");
     return value->get<std::string>();
   }
   double number(const char* name) const {
     const auto value = field(name);
     if (!value) lacks(name);
-    if (!value->is_number()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", describe(name), " must be a number");
+    if (!value->is_number()) MOECOMP_FAIL(error_kind::io_error, function_, ": ", describe(name), " must be a number");
     return value->get<double>();
   }
   /// A config key read directly (the sparse-layer rules' keys).
@@ -146,7 +151,7 @@ class config_reader {
     std::vector<index_t> values;
     const auto it = config_.find(key);
     if (key.empty() || it == config_.end() || it->is_null()) return values;
-    if (!it->is_array()) MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", source_, "' key \"", key, "\" must be a list");
+    if (!it->is_array()) MOECOMP_FAIL(error_kind::io_error, function_, ": config '", source_, "' key \"", key, "\" must be a list");
     for (const auto& v : *it) values.push_back(checked_integer(v, "config '" + source_ + "' key \"" + key + "\""));
     return values;
   }
@@ -157,19 +162,29 @@ class config_reader {
     return key == layout_.config.end() ? std::string("the default of ") + name
                                        : "config '" + source_ + "' key \"" + key->second + "\"";
   }
-  static index_t checked_integer(const nlohmann::json& value, const std::string& what) {
+  index_t checked_integer(const nlohmann::json& value, const std::string& what) const {
     if (!value.is_number_integer() || (value.is_number_integer() && !value.is_number_unsigned() && value.get<std::int64_t>() < 0))
-      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", what, " must be a non-negative integer, got ", value.dump());
+      MOECOMP_FAIL(error_kind::io_error, function_, ": ", what, " must be a non-negative integer, got ", value.dump());
     const auto v = value.get<std::uint64_t>();
     if (v > static_cast<std::uint64_t>(std::numeric_limits<index_t>::max()))
-      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: ", what, " is too large: ", v);
+      MOECOMP_FAIL(error_kind::io_error, function_, ": ", what, " is too large: ", v);
     return static_cast<index_t>(v);
   }
 
   const nlohmann::json& config_;
   const checkpoint_layout& layout_;
   const std::string& source_;
+  const char* function_;
 };
+
+/// "a, b, c": the distinct strings of `items`, sorted.
+inline std::string sorted_list(std::vector<std::string> items) {
+  std::sort(items.begin(), items.end());
+  items.erase(std::unique(items.begin(), items.end()), items.end());
+  std::string list;
+  for (const std::string& k : items) list += (list.empty() ? "" : ", ") + k;
+  return list;
+}
 
 inline std::string shape_text(const std::vector<index_t>& shape) {
   std::string text = "[";
@@ -348,10 +363,16 @@ inline moe_model describe_moe_model(const std::vector<checkpoint_layout>& layout
   const std::string model_type = type->get<std::string>();
   std::vector<std::string> known;
   std::string missing;
+  const checkpoint_layout* dense_family = nullptr;
   for (const checkpoint_layout& layout : layouts) {
-    for (const std::string& t : layout.model_types) known.push_back(t);
+    if (!layout.dense())
+      for (const std::string& t : layout.model_types) known.push_back(t);
     if (std::find(layout.model_types.begin(), layout.model_types.end(), model_type) == layout.model_types.end())
       continue;
+    if (layout.dense()) {
+      if (dense_family == nullptr) dense_family = &layout;
+      continue;
+    }
     std::string why;
     if (auto m = detail::resolve(layout, config, config_source, checkpoint, why)) return std::move(*m);
     missing += (missing.empty() ? "" : "; ") + why;
@@ -359,12 +380,151 @@ inline moe_model describe_moe_model(const std::vector<checkpoint_layout>& layout
   if (!missing.empty())
     MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: no layout of model_type '", model_type,
                  "' fits the checkpoint: ", missing);
-  std::sort(known.begin(), known.end());
-  known.erase(std::unique(known.begin(), known.end()), known.end());
-  std::string list;
-  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  if (dense_family != nullptr)
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: model_type '", model_type, "' is a dense family (the ",
+                 dense_family->family, " layout, '", dense_family->source,
+                 "'): it has no MoE layer (describe_dense_model reads its FFNs, for the MoEfication split)");
   MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: unknown architecture: no checkpoint layout maps model_type '",
-               model_type, "' (the layouts know ", list, "); adding a family means adding a layouts/*.json file");
+               model_type, "' (the MoE layouts know ", detail::sorted_list(known),
+               "); adding a family means adding a layouts/*.json file");
+}
+
+/// Whether config.json's model_type belongs to a dense family (a layout with "dense_ffn") and to no MoE
+/// family: the models describe_dense_model reads. False for a config that is not JSON or has no model_type.
+inline bool is_dense_model(const std::vector<checkpoint_layout>& layouts, const std::string& config_text) {
+  const nlohmann::json config = nlohmann::json::parse(config_text.begin(), config_text.end(), nullptr, false);
+  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string()) return false;
+  const std::string model_type = config["model_type"].get<std::string>();
+  bool dense = false;
+  for (const checkpoint_layout& layout : layouts)
+    if (std::find(layout.model_types.begin(), layout.model_types.end(), model_type) != layout.model_types.end()) {
+      if (!layout.dense()) return false;
+      dense = true;
+    }
+  return dense;
+}
+
+/// Resolves a dense checkpoint (for the MoEfication split): the dense layout of config.json's model_type whose
+/// tensors the checkpoint has, and every layer's FFN names and shapes, checked against the config. io_errors
+/// as describe_moe_model's; an MoE model_type is one ("use describe_moe_model").
+inline dense_model describe_dense_model(const std::vector<checkpoint_layout>& layouts, const std::string& config_text,
+                                        const io::safetensors_checkpoint& checkpoint,
+                                        const std::string& config_source = "config.json") {
+  constexpr const char* fn = "describe_dense_model";
+  const nlohmann::json config = detail::parse_json_text(config_text, "config", config_source);
+  const auto type = config.find("model_type");
+  if (type == config.end() || !type->is_string())
+    MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source,
+                 "' lacks the string \"model_type\" that picks the checkpoint layout");
+  const std::string model_type = type->get<std::string>();
+  std::vector<std::string> known;
+  std::string missing;
+  const checkpoint_layout* moe_family = nullptr;
+  for (const checkpoint_layout& layout : layouts) {
+    if (layout.dense())
+      for (const std::string& t : layout.model_types) known.push_back(t);
+    if (std::find(layout.model_types.begin(), layout.model_types.end(), model_type) == layout.model_types.end())
+      continue;
+    if (!layout.dense()) {
+      if (moe_family == nullptr) moe_family = &layout;
+      continue;
+    }
+    const detail::config_reader read(config, layout, config_source, fn);
+    dense_model m;
+    m.family = layout.family;
+    m.layout_source = layout.source;
+    m.model_type = model_type;
+    m.gated = !layout.dense_up.empty();
+    const std::string act = read.text("activation");
+    const auto activation = activation_from_config(act);
+    if (!activation)
+      MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source, "' has the activation '", act,
+                   "', which moecomp does not compute (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu)");
+    m.activation = *activation;
+    std::string why;
+    for (const layout_stack& stack : layout.stacks) {
+      const index_t count = read.config_integer(stack.layers, -1);
+      if (count < 0)
+        MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source, "' lacks \"", stack.layers, "\" (the ",
+                     layout.family, " layout's layer count of the ", stack.name, " stack)");
+      for (index_t layer = 0; layer < count && why.empty(); ++layer) {
+        const std::string prefix = detail::substitute(stack.prefix, "layer", layer);
+        dense_layer_names n;
+        n.stack = stack.name;
+        n.layer = layer;
+        n.gate = prefix + layout.dense_gate;
+        if (m.gated) n.up = prefix + layout.dense_up;
+        n.down = prefix + layout.dense_down;
+        for (const std::string& name : n.tensor_names())
+          if (why.empty() && !checkpoint.contains(name))
+            why = "the " + layout.family + " layout ('" + layout.source + "') needs '" + name + "', which '" +
+                  checkpoint.source() + "' lacks";
+        m.layers.push_back(std::move(n));
+      }
+    }
+    if (!why.empty()) {
+      missing += (missing.empty() ? "" : "; ") + why;
+      continue;
+    }
+    if (m.layers.empty())
+      MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source, "' gives the ", layout.family, " layout no layer");
+    const auto& gate_shape = checkpoint.info(m.layers.front().gate).shape;
+    m.hidden_size = read.field("hidden_size") ? read.integer("hidden_size") : (gate_shape.size() == 2 ? gate_shape[1] : -1);
+    m.ffn_size = read.field("ffn_size") ? read.integer("ffn_size") : (gate_shape.size() == 2 ? gate_shape[0] : -1);
+    for (const dense_layer_names& n : m.layers) {
+      detail::expect_shape(checkpoint, n.gate, {m.ffn_size, m.hidden_size}, "the FFN's gate projection");
+      if (m.gated) detail::expect_shape(checkpoint, n.up, {m.ffn_size, m.hidden_size}, "the FFN's up projection");
+      detail::expect_shape(checkpoint, n.down, {m.hidden_size, m.ffn_size}, "the FFN's down projection");
+      for (const std::string& name : n.tensor_names())
+        if (!io::is_floating(checkpoint.info(name).dtype))
+          MOECOMP_FAIL(error_kind::io_error, fn, ": tensor '", name, "' must hold floating-point values, got ",
+                       to_string(checkpoint.info(name).dtype));
+    }
+    return m;
+  }
+  if (!missing.empty())
+    MOECOMP_FAIL(error_kind::io_error, fn, ": no layout of model_type '", model_type, "' fits the checkpoint: ", missing);
+  if (moe_family != nullptr)
+    MOECOMP_FAIL(error_kind::io_error, fn, ": model_type '", model_type, "' is an MoE family (the ", moe_family->family,
+                 " layout, '", moe_family->source, "'): its FFNs are experts already (use describe_moe_model)");
+  MOECOMP_FAIL(error_kind::io_error, fn, ": unknown architecture: no dense checkpoint layout maps model_type '", model_type,
+               "' (the dense layouts know ", detail::sorted_list(known),
+               "); adding a family means adding a layouts/*.json file with \"dense_ffn\"");
+}
+
+/// One dense FFN layer's weights converted to W: w1 (gate) and w3 (up, empty when ungated) d_ff x H, w2 H x d_ff.
+template <class W>
+struct dense_ffn_weights {
+  index_t d_model = 0, d_ff = 0;
+  bool gated = true;
+  std::vector<W> w1, w3, w2;
+
+  /// The FFN as one moe expert (moe::ffn_forward computes it).
+  moe::ffn_expert_view<W> view() const {
+    moe::ffn_expert_view<W> v;
+    v.w1 = matrix_view<const W>(w1.data(), d_ff, d_model, d_model);
+    if (gated) v.w3 = matrix_view<const W>(w3.data(), d_ff, d_model, d_model);
+    v.w2 = matrix_view<const W>(w2.data(), d_model, d_ff, d_ff);
+    return v;
+  }
+};
+
+/// Reads dense layer `index` (0 .. model.layers.size() - 1) of a checkpoint described by describe_dense_model,
+/// converting to W (float, double, bfloat16 or half); exactly that layer's bytes.
+template <class W>
+dense_ffn_weights<W> load_dense_ffn(const io::safetensors_checkpoint& checkpoint, const dense_model& model, index_t index) {
+  static_assert(moecomp::detail::is_weight_type_v<W>, "load_dense_ffn: W must be float, double, bfloat16 or half");
+  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "load_dense_ffn: index must be in [0, ",
+                  model.layers.size(), "), got ", index);
+  const dense_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  dense_ffn_weights<W> w;
+  w.d_model = model.hidden_size;
+  w.d_ff = model.ffn_size;
+  w.gated = model.gated;
+  w.w1 = checkpoint.tensor(n.gate).to_vector<W>();
+  if (w.gated) w.w3 = checkpoint.tensor(n.up).to_vector<W>();
+  w.w2 = checkpoint.tensor(n.down).to_vector<W>();
+  return w;
 }
 
 /// The routing parameters of moecomp's gating (<moecomp/gating/routing.hpp>) that reproduce the model's

@@ -74,7 +74,7 @@ struct checkpoint_layout {
   std::vector<std::string> model_types;
   /// moecomp's field -> the config.json key (num_experts, top_k, hidden_size, expert_size,
   /// shared_expert_size, shared_experts, normalize_top_k, scoring, topk_method, n_group, topk_group,
-  /// routed_scaling_factor, activation).
+  /// routed_scaling_factor, activation; ffn_size, a dense family's intermediate size).
   std::map<std::string, std::string> config;
   /// moecomp's field -> its value when the config lacks the key, as JSON text ("true", "1", "\"silu\"").
   std::map<std::string, std::string> defaults;
@@ -86,8 +86,12 @@ struct checkpoint_layout {
   /// Shared experts (one FFN; DeepSeek's n_shared_experts are concatenated into it) and Qwen2-MoE's sigmoid
   /// gate row; all empty when the family has none.
   std::string shared_gate, shared_up, shared_down, shared_gate_weight;
+  /// A dense family (its file has "dense_ffn" instead of "router" and "experts"): each layer's one FFN, gate
+  /// (d_ff x H), up (d_ff x H; empty when ungated) and down (H x d_ff), relative to the stack's prefix.
+  std::string dense_gate, dense_up, dense_down;
 
   bool fused() const noexcept { return !expert_gate_up.empty(); }
+  bool dense() const noexcept { return !dense_gate.empty(); }
 };
 
 /// One MoE layer's tensor names in a checkpoint.
@@ -136,6 +140,33 @@ struct moe_model {
   index_t topk_group = 1;
   double routed_scaling_factor = 1.0;
   std::vector<moe_layer_names> layers;
+};
+
+/// One dense FFN layer's tensor names in a checkpoint.
+struct dense_layer_names {
+  std::string stack;
+  index_t layer = 0;
+  std::string gate, up, down;  // up empty for an ungated FFN
+
+  std::vector<std::string> tensor_names() const {
+    std::vector<std::string> names{gate};
+    if (!up.empty()) names.push_back(up);
+    names.push_back(down);
+    return names;
+  }
+};
+
+/// A dense checkpoint resolved by a dense family's layout: every layer's FFN (the input of the MoEfication
+/// split, <moecomp/cluster/moefication.hpp>).
+struct dense_model {
+  std::string family;
+  std::string model_type;
+  std::string layout_source;
+  index_t hidden_size = 0;
+  index_t ffn_size = 0;  // d_ff: the rows of each layer's gate projection
+  bool gated = true;
+  moe::activation activation = moe::activation::silu;
+  std::vector<dense_layer_names> layers;
 };
 
 }  // namespace model

@@ -45,7 +45,7 @@ inline std::string layout_string(const nlohmann::json& object, const char* key, 
 inline const char* const layout_fields[] = {"num_experts",  "top_k",       "hidden_size",    "expert_size",
                                             "shared_expert_size", "shared_experts", "normalize_top_k",
                                             "scoring",      "topk_method", "n_group",        "topk_group",
-                                            "routed_scaling_factor", "activation"};
+                                            "routed_scaling_factor", "activation", "ffn_size"};
 
 inline bool is_layout_field(const std::string& key) {
   for (const char* f : layout_fields)
@@ -88,7 +88,7 @@ inline checkpoint_layout parse_layout(const std::string& text, const std::string
       if (!is_layout_field(field.key()))
         layout_fail(source, "\"", section, "\" has the unknown field \"", field.key(),
                     "\" (known: num_experts, top_k, hidden_size, expert_size, shared_expert_size, shared_experts, "
-                    "normalize_top_k, scoring, topk_method, n_group, topk_group, routed_scaling_factor, activation)");
+                    "normalize_top_k, scoring, topk_method, n_group, topk_group, routed_scaling_factor, activation, ffn_size)");
       if (std::string(section) == "config") {
         if (!field->is_string()) layout_fail(source, "\"config\": \"", field.key(), "\" must name a config.json key");
         layout.config[field.key()] = field->get<std::string>();
@@ -132,40 +132,58 @@ inline checkpoint_layout parse_layout(const std::string& text, const std::string
     }
     layout.stacks.push_back(stack);
   }
-  const auto router = root.find("router");
-  if (router == root.end() || !router->is_object()) layout_fail(source, "it lacks the \"router\" object");
-  layout.router_weight = layout_string(*router, "weight", source, "\"router\" ", true);
-  layout.router_bias = layout_string(*router, "bias", source, "\"router\" ");
-  layout.router_correction_bias = layout_string(*router, "correction_bias", source, "\"router\" ");
-  const auto experts = root.find("experts");
-  if (experts == root.end() || !experts->is_object()) layout_fail(source, "it lacks the \"experts\" object");
-  layout.expert_gate_up = layout_string(*experts, "gate_up", source, "\"experts\" ");
-  layout.expert_down = layout_string(*experts, "down", source, "\"experts\" ", true);
-  if (layout.fused()) {
-    if (experts->contains("gate") || experts->contains("up"))
-      layout_fail(source, "\"experts\" has \"gate_up\" (fused) and also \"gate\" or \"up\"; give one form");
-    check_template(layout.expert_gate_up, false, false, source, "\"experts\": ");
-    check_template(layout.expert_down, false, false, source, "\"experts\": ");
-  } else {
-    layout.expert_gate = layout_string(*experts, "gate", source, "\"experts\" ", true);
-    layout.expert_up = layout_string(*experts, "up", source, "\"experts\" ");
-    for (const std::string* n : {&layout.expert_gate, &layout.expert_up, &layout.expert_down}) {
-      check_template(*n, false, true, source, "\"experts\": ");
-      if (!n->empty() && n->find("{expert}") == std::string::npos)
-        layout_fail(source, "\"experts\": '", *n, "' must hold {expert}");
-    }
+  const auto dense = root.find("dense_ffn");
+  if (dense != root.end()) {  // a dense family: one FFN per layer, no router and no experts
+    if (!dense->is_object()) layout_fail(source, "\"dense_ffn\" must be an object");
+    for (const char* moe_key : {"router", "experts", "shared_experts"})
+      if (root.contains(moe_key))
+        layout_fail(source, "it has \"dense_ffn\" (a dense family) and also \"", moe_key, "\"; give one kind");
+    layout.dense_gate = layout_string(*dense, "gate", source, "\"dense_ffn\" ", true);
+    layout.dense_up = layout_string(*dense, "up", source, "\"dense_ffn\" ");
+    layout.dense_down = layout_string(*dense, "down", source, "\"dense_ffn\" ", true);
+    for (auto it = dense->begin(); it != dense->end(); ++it)
+      if (it.key() != "gate" && it.key() != "up" && it.key() != "down")
+        layout_fail(source, "\"dense_ffn\" has the unknown key \"", it.key(), "\" (known: gate, up, down)");
+    for (const std::string* n : {&layout.dense_gate, &layout.dense_up, &layout.dense_down})
+      check_template(*n, false, false, source, "\"dense_ffn\": ");
   }
-  const auto shared = root.find("shared_experts");
-  if (shared != root.end()) {
-    if (!shared->is_object()) layout_fail(source, "\"shared_experts\" must be an object");
-    layout.shared_gate = layout_string(*shared, "gate", source, "\"shared_experts\" ", true);
-    layout.shared_up = layout_string(*shared, "up", source, "\"shared_experts\" ");
-    layout.shared_down = layout_string(*shared, "down", source, "\"shared_experts\" ", true);
-    layout.shared_gate_weight = layout_string(*shared, "gate_weight", source, "\"shared_experts\" ");
+  if (!layout.dense()) {  // an MoE family: the router and the experts
+    const auto router = root.find("router");
+    if (router == root.end() || !router->is_object())
+      layout_fail(source, "it lacks the \"router\" object (or \"dense_ffn\" for a dense family)");
+    layout.router_weight = layout_string(*router, "weight", source, "\"router\" ", true);
+    layout.router_bias = layout_string(*router, "bias", source, "\"router\" ");
+    layout.router_correction_bias = layout_string(*router, "correction_bias", source, "\"router\" ");
+    const auto experts = root.find("experts");
+    if (experts == root.end() || !experts->is_object()) layout_fail(source, "it lacks the \"experts\" object");
+    layout.expert_gate_up = layout_string(*experts, "gate_up", source, "\"experts\" ");
+    layout.expert_down = layout_string(*experts, "down", source, "\"experts\" ", true);
+    if (layout.fused()) {
+      if (experts->contains("gate") || experts->contains("up"))
+        layout_fail(source, "\"experts\" has \"gate_up\" (fused) and also \"gate\" or \"up\"; give one form");
+      check_template(layout.expert_gate_up, false, false, source, "\"experts\": ");
+      check_template(layout.expert_down, false, false, source, "\"experts\": ");
+    } else {
+      layout.expert_gate = layout_string(*experts, "gate", source, "\"experts\" ", true);
+      layout.expert_up = layout_string(*experts, "up", source, "\"experts\" ");
+      for (const std::string* n : {&layout.expert_gate, &layout.expert_up, &layout.expert_down}) {
+        check_template(*n, false, true, source, "\"experts\": ");
+        if (!n->empty() && n->find("{expert}") == std::string::npos)
+          layout_fail(source, "\"experts\": '", *n, "' must hold {expert}");
+      }
+    }
+    const auto shared = root.find("shared_experts");
+    if (shared != root.end()) {
+      if (!shared->is_object()) layout_fail(source, "\"shared_experts\" must be an object");
+      layout.shared_gate = layout_string(*shared, "gate", source, "\"shared_experts\" ", true);
+      layout.shared_up = layout_string(*shared, "up", source, "\"shared_experts\" ");
+      layout.shared_down = layout_string(*shared, "down", source, "\"shared_experts\" ", true);
+      layout.shared_gate_weight = layout_string(*shared, "gate_weight", source, "\"shared_experts\" ");
+    }
   }
   for (auto it = root.begin(); it != root.end(); ++it) {
     static const char* const known[] = {"family", "description", "model_types", "config", "defaults", "stacks",
-                                        "router", "experts", "shared_experts"};
+                                        "router", "experts", "shared_experts", "dense_ffn"};
     bool ok = false;
     for (const char* k : known) ok = ok || it.key() == k;
     if (!ok) layout_fail(source, "it has the unknown key \"", it.key(), "\"");
