@@ -37,7 +37,8 @@ def split(text):
 
 # ------------------------------------------------------------------------------------------ safetensors
 
-_DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "F16": (torch.float16, 2), "F64": (torch.float64, 8)}
+_DTYPES = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "F16": (torch.float16, 2), "F64": (torch.float64, 8),
+           "I32": (torch.int32, 4), "I64": (torch.int64, 8), "U8": (torch.uint8, 1)}
 
 
 def read_safetensors(path):
@@ -116,7 +117,26 @@ def moe_block(x, w, prefix, config, router_stats=None):
     return out, logits
 
 
-def forward(w, config, ids, moe_inputs=None, router_stats=None):
+def dense_mlp(x, w, prefix, config, top_k=None):
+    """A dense SwiGLU FFN (Mistral's `mlp`) on x (T x d). For a checkpoint that `moecomp compress --method moefy`
+    wrote (config["moecomp_moefy"]), expert e is neurons [e s, (e + 1) s) of the FFN, and each token keeps the
+    neurons of the top_k experts (default: the config's top_k) whose router rows score highest (x . row; ties
+    to the lower index, as torch.topk on CPU gives them); top_k = num_experts is the dense FFN."""
+    p = prefix + "mlp."
+    h = F.silu(x @ w[p + "gate_proj.weight"].t()) * (x @ w[p + "up_proj.weight"].t())
+    moefy = config.get("moecomp_moefy")
+    if moefy is not None:
+        E, s = moefy["num_experts"], moefy["expert_size"]
+        k = moefy["top_k"] if top_k is None else top_k
+        if k < E:
+            scores = x @ w[p + moefy["router"]].t()
+            keep = torch.zeros(x.shape[0], E, dtype=h.dtype)
+            keep.scatter_(1, torch.topk(scores, k, dim=-1).indices, 1.0)
+            h = h * keep.repeat_interleave(s, dim=1)
+    return h @ w[p + "down_proj.weight"].t()
+
+
+def forward(w, config, ids, moe_inputs=None, router_stats=None, top_k=None):
     """Logits (B x S x vocab) for byte ids (B x S). `moe_inputs`, if a list, receives each layer's MoE input."""
     B, S = ids.shape
     d, heads = config["hidden_size"], config["num_attention_heads"]
@@ -146,13 +166,16 @@ def forward(w, config, ids, moe_inputs=None, router_stats=None):
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps).reshape(B * S, d)
         if moe_inputs is not None:
             moe_inputs.append(h.detach().clone())
-        out, _ = moe_block(h, w, p + "block_sparse_moe.", config, router_stats)
+        if "num_local_experts" in config:
+            out, _ = moe_block(h, w, p + "block_sparse_moe.", config, router_stats)
+        else:
+            out = dense_mlp(h, w, p, config, top_k)
         x = x + out.view(B, S, d)
     x = rms_norm(x, w["model.norm.weight"], eps)
     return x @ w["lm_head.weight"].t()
 
 
-def perplexity(w, config, text, window=128):
+def perplexity(w, config, text, window=128, top_k=None):
     """exp(mean next-byte NLL) over non-overlapping windows of `window + 1` bytes of `text`."""
     data = torch.tensor(list(text), dtype=torch.long)
     n = (len(data) - 1) // window
@@ -161,7 +184,7 @@ def perplexity(w, config, text, window=128):
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, n, 32):
-            logits = forward(w, config, ids[i:i + 32])
+            logits = forward(w, config, ids[i:i + 32], top_k=top_k)
             total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[i:i + 32].reshape(-1),
                                      reduction="sum").item()
             count += targets[i:i + 32].numel()

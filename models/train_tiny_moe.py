@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Trains moecomp's embedded default model: a small byte-level MoE language model in Mixtral's layout.
+"""Trains moecomp's embedded default models: a small byte-level MoE language model in Mixtral's layout, and
+with --dense its dense twin in Mistral's layout (the model `moecomp compress --method moefy` splits).
 
-    /usr/bin/python3 models/train_tiny_moe.py [--out models/tiny-moe] [--steps 2000] [--threads 1]
+    /usr/bin/python3 models/train_tiny_moe.py [--dense] [--out models/tiny-moe] [--steps 2000] [--threads 1]
 
 CPU only, Debian's python3-torch, fixed seeds. The text is the licence collection of Debian's base-files
 package (/usr/share/common-licenses: 14 files, 264 KB, each licence text permitting verbatim copies), whose
 SHA-256 is checked so that a different text cannot pass for the recorded one. Every 10th KB is held out.
 
-Writes to --out: config.json (MixtralConfig keys), model.safetensors (bf16), calibration.safetensors (each
-layer's MoE-block inputs, `layers.{i}.moe_input`, T x d float32, on 1024 training bytes), heldout.bin (the
-held-out bytes) and train_log.json (the losses and the held-out perplexity of the saved bf16 weights).
+Writes to --out: config.json (MixtralConfig keys; MistralConfig's with --dense), model.safetensors (bf16),
+calibration.safetensors (each layer's MoE-block inputs, or with --dense its FFN inputs, `layers.{i}.moe_input`,
+T x d float32, on 1024 training bytes), heldout.bin (the held-out bytes) and train_log.json (the losses and
+the held-out perplexity of the saved bf16 weights). The dense model is the MoE model's twin: the same
+attention, sizes, data, schedule and seed, with one SwiGLU FFN of intermediate size 1024 per layer (as many
+neurons as four of the MoE's experts) in place of the MoE block.
 """
 import argparse
 import hashlib
@@ -53,9 +57,27 @@ CONFIG = {
     "torch_dtype": "bfloat16",
 }
 
+DENSE_CONFIG = {
+    "architectures": ["MistralForCausalLM"],
+    "model_type": "mistral",
+    "vocab_size": 256,
+    "hidden_size": 128,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
 
 def init_weights(config, generator):
-    d, I, E, V = config["hidden_size"], config["intermediate_size"], config["num_local_experts"], config["vocab_size"]
+    d, I, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    E = config.get("num_local_experts", 0)
     hd = d // config["num_attention_heads"]
     kv = config["num_key_value_heads"] * hd
 
@@ -72,6 +94,11 @@ def init_weights(config, generator):
         w[p + "self_attn.k_proj.weight"] = normal(kv, d)
         w[p + "self_attn.v_proj.weight"] = normal(kv, d)
         w[p + "self_attn.o_proj.weight"] = normal(d, d, std=0.02 / math.sqrt(2 * config["num_hidden_layers"]))
+        if not E:  # dense: one SwiGLU FFN
+            w[p + "mlp.gate_proj.weight"] = normal(I, d)
+            w[p + "mlp.up_proj.weight"] = normal(I, d)
+            w[p + "mlp.down_proj.weight"] = normal(d, I, std=0.02 / math.sqrt(2 * config["num_hidden_layers"]))
+            continue
         w[p + "block_sparse_moe.gate.weight"] = normal(E, d)
         for e in range(E):
             q = f"{p}block_sparse_moe.experts.{e}."
@@ -92,7 +119,8 @@ def load_balancing_loss(router_stats, E):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-moe"))
+    p.add_argument("--dense", action="store_true", help="train the dense twin (Mistral layout) instead")
+    p.add_argument("--out", default=None, help="default: models/tiny-moe, or models/tiny-dense with --dense")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=128)
@@ -100,6 +128,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--any-corpus", action="store_true", help="accept a corpus whose SHA-256 differs")
     a = p.parse_args()
+    if a.out is None:
+        a.out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-dense" if a.dense else "tiny-moe")
     torch.set_num_threads(a.threads)
     torch.set_flush_denormal(True)  # denormal gradients slow the CPU down by 10-100x and change nothing here
     torch.manual_seed(a.seed)
@@ -111,8 +141,8 @@ def main():
                          "its files differ from the ones the committed model was trained on (--any-corpus to go on)")
     train, held = tiny_moe.split(text)
     data = torch.tensor(list(train), dtype=torch.long)
-    config = dict(CONFIG)
-    E = config["num_local_experts"]
+    config = dict(DENSE_CONFIG if a.dense else CONFIG)
+    E = config.get("num_local_experts", 0)
     generator = torch.Generator().manual_seed(a.seed)
     w = init_weights(config, generator)
     params = list(w.values())
@@ -139,7 +169,7 @@ def main():
         stats = []
         logits = tiny_moe.forward(w, config, ids, router_stats=stats)
         lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        loss = lm + config["router_aux_loss_coef"] * load_balancing_loss(stats, E)
+        loss = lm + config["router_aux_loss_coef"] * load_balancing_loss(stats, E) if E else lm
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -168,13 +198,14 @@ def main():
                                {"source": "train_tiny_moe.py: the first 1024 training bytes, 8 windows of 128"})
     with open(os.path.join(a.out, "heldout.bin"), "wb") as f:
         f.write(held)
-    usage = []
-    with torch.no_grad():
-        stats = []
-        tiny_moe.forward(weights, config, calibration_ids, router_stats=stats)
-        for probs, top_i in stats:
-            usage.append([int((top_i == e).sum()) for e in range(E)])
-    log["calibration_expert_slots"] = usage
+    if E:
+        usage = []
+        with torch.no_grad():
+            stats = []
+            tiny_moe.forward(weights, config, calibration_ids, router_stats=stats)
+            for probs, top_i in stats:
+                usage.append([int((top_i == e).sum()) for e in range(E)])
+        log["calibration_expert_slots"] = usage
     with open(os.path.join(a.out, "train_log.json"), "w") as f:
         json.dump(log, f, indent=1)
         f.write("\n")
