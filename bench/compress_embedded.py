@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`moecomp compress` on the embedded model (models/tiny-moe), every method: the median wall time of 3 runs, the
+"""`moecomp compress` on the embedded models (models/tiny-moe; models/tiny-dense for moefy), every method: the median wall time of 3 runs, the
 peak resident memory (the report's getrusage figure), the layers' output errors and, with --perplexity, the
 held-out perplexity of the output (models/evaluate.py; python3-torch).
 
@@ -20,6 +20,7 @@ RUNS = [
     ("hc-smoe", []), ("hc-smoe", ["--merge", "fix-dom"]), ("hc-smoe", ["--features", "weights", "--merge", "average"]),
     ("cka-merge", []), ("cka-merge", ["--merge", "dominant"]), ("cka-merge", ["--merge", "learned"]),
     ("resmoe", ["--restore-dense"]), ("prune", []), ("prune", ["--criterion", "reap"]),
+    ("moefy", []), ("moefy", ["--top-k", "16"]), ("moefy", ["--experts", "8", "--top-k", "4"]),
 ]
 
 

@@ -9,7 +9,10 @@ steps (the report's steps_seconds), the extrapolation to Mixtral-8x7B's 32 layer
 methods compute in).
 
     /usr/bin/python3 bench/compress_mixtral_shape.py PATH/TO/moecomp [--dir DIR] [--layers 2] [--tokens 256]
-        [--methods hc-smoe-weights,hc-smoe,cka-merge,resmoe,prune]
+        [--methods hc-smoe-weights,hc-smoe,cka-merge,resmoe,prune,moefy] [--moefy-options "--experts 448 ..."]
+
+moefy needs a dense checkpoint: for it a second synthetic checkpoint in Mistral-7B's naming and shape is
+written (LAYERS layers, each a dense SwiGLU FFN of 14336 x 4096 in bf16, the size of one Mixtral expert).
 
 resmoe runs one barycenter iteration (--max-iter 1): random experts share no neurons, so more iterations would
 only repeat the same work; the time per iteration is what the table shows.
@@ -33,11 +36,12 @@ METHODS = {
     "cka-merge": ["--method", "cka-merge"],
     "resmoe": ["--method", "resmoe", "--keep", "0.25", "--max-iter", "1"],
     "prune": ["--method", "prune", "--criterion", "reap"],
+    "moefy": ["--method", "moefy"],  # on the dense checkpoint; --moefy-options adds to it
 }
 
 
-def tensors_of(layers):
-    """name -> (dtype, shape) of the synthetic checkpoint, Mixtral's names."""
+def tensors_of(layers, dense=False):
+    """name -> (dtype, shape) of the synthetic checkpoint, Mixtral's names (dense: Mistral's, one FFN per layer)."""
     t = {"model.embed_tokens.weight": ("BF16", (VOCAB, H)), "lm_head.weight": ("BF16", (VOCAB, H)),
          "model.norm.weight": ("BF16", (H,))}
     for l in range(layers):
@@ -46,6 +50,10 @@ def tensors_of(layers):
         t[p + "post_attention_layernorm.weight"] = ("BF16", (H,))
         for name, shape in (("q_proj", (H, H)), ("k_proj", (1024, H)), ("v_proj", (1024, H)), ("o_proj", (H, H))):
             t[p + f"self_attn.{name}.weight"] = ("BF16", shape)
+        if dense:
+            for w, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+                t[p + f"mlp.{w}.weight"] = ("BF16", shape)
+            continue
         t[p + "block_sparse_moe.gate.weight"] = ("BF16", (E, H))
         for e in range(E):
             for w, shape in (("w1", (I, H)), ("w3", (I, H)), ("w2", (H, I))):
@@ -81,10 +89,10 @@ def bf16_normal(rng, shape, std):
     return out.tobytes()
 
 
-def build(directory, layers, tokens):
+def build(directory, layers, tokens, dense=False):
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(17)
-    tensors = tensors_of(layers)
+    tensors = tensors_of(layers, dense)
 
     def fill(name, dtype, shape):
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
@@ -99,6 +107,9 @@ def build(directory, layers, tokens):
               "hidden_size": H, "intermediate_size": I, "num_hidden_layers": layers, "num_attention_heads": 32,
               "num_key_value_heads": 8, "num_local_experts": E, "num_experts_per_tok": 2, "hidden_act": "silu",
               "rms_norm_eps": 1e-5, "rope_theta": 1e6, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    if dense:
+        config.update({"architectures": ["MistralForCausalLM"], "model_type": "mistral"})
+        del config["num_local_experts"], config["num_experts_per_tok"]
     json.dump(config, open(os.path.join(directory, "config.json"), "w"), indent=2)
 
 
@@ -109,20 +120,27 @@ def main():
     a.add_argument("--layers", type=int, default=2)
     a.add_argument("--tokens", type=int, default=256)
     a.add_argument("--methods", default=",".join(METHODS))
+    a.add_argument("--moefy-options", default="", help="more options for moefy, e.g. \"--experts 448 --n-init 1\"")
     args = a.parse_args()
     scratch = args.dir or tempfile.mkdtemp(prefix="moecomp-mixtral-shape-")
-    model, out = os.path.join(scratch, "model"), os.path.join(scratch, "out")
-    t0 = time.time()
-    build(model, args.layers, args.tokens)
-    size = os.path.getsize(os.path.join(model, "model.safetensors"))
-    print(f"synthetic Mixtral-shape checkpoint: {args.layers} MoE layers, {size / 1e9:.2f} GB, written in "
-          f"{time.time() - t0:.0f} s; calibration {args.tokens} tokens per layer", flush=True)
+    model, dense_model, out = os.path.join(scratch, "model"), os.path.join(scratch, "dense"), os.path.join(scratch, "out")
+    methods = args.methods.split(",")
+    METHODS["moefy"] = METHODS["moefy"] + args.moefy_options.split()
+    for directory, dense, wanted in ((model, False, any(m != "moefy" for m in methods)), (dense_model, True, "moefy" in methods)):
+        if not wanted or os.path.exists(os.path.join(directory, "model.safetensors")):
+            continue
+        t0 = time.time()
+        build(directory, args.layers, args.tokens, dense)
+        size = os.path.getsize(os.path.join(directory, "model.safetensors"))
+        print(f"synthetic {'Mistral' if dense else 'Mixtral'}-shape checkpoint: {args.layers} "
+              f"{'dense' if dense else 'MoE'} layers, {size / 1e9:.2f} GB, written in {time.time() - t0:.0f} s; "
+              f"calibration {args.tokens} tokens per layer", flush=True)
     rows = []
     try:
-        for method in args.methods.split(","):
+        for method in methods:
             shutil.rmtree(out, ignore_errors=True)
             start = time.time()
-            r = subprocess.run([args.tool, "compress", model, "-o", out, "--quiet", "--json", *METHODS[method]],
+            r = subprocess.run([args.tool, "compress", dense_model if method == "moefy" else model, "-o", out, "--quiet", "--json", *METHODS[method]],
                                capture_output=True, text=True)
             wall = time.time() - start
             if r.returncode != 0:
@@ -138,6 +156,12 @@ def main():
             other = per_layer - sum(steps.values())
             split = ", ".join(f"{k} {v:.1f}" for k, v in steps.items()) + f", load/error/write {other:.1f}"
             errors = [l["output_relative_error"] for l in layers]
+            if method == "moefy":
+                print("moefy: balanced k-means per layer: " + "; ".join(
+                    f"{l['balanced_kmeans']['iterations']} iterations, {l['balanced_kmeans']['status']}, gap "
+                    f"{l['balanced_kmeans']['assignment_gap']:.1e}" for l in layers) +
+                    f"; {report['options']['experts']} experts of {report['options']['expert_size']}, top-"
+                    f"{report['options']['top_k']}, FLOPs ratio {report['flops']['ratio']:.3f}", flush=True)
             rows.append((method, wall, per_layer, split, report["totals"]["peak_rss_bytes"], errors,
                          report["totals"]["bits_per_weight"]))
             print(f"{method}: {wall:.1f} s wall, {per_layer:.1f} s per layer ({split}); 32 layers about "

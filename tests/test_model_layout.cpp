@@ -191,6 +191,7 @@ TEST_CASE("layouts: a dense Mistral or Llama checkpoint, each layer's FFN loaded
     CHECK(m.activation == moecomp::moe::activation::silu);
     REQUIRE(m.layers.size() == 3);
     CHECK(m.layers[2].gate == "model.layers.2.mlp.gate_proj.weight");
+    CHECK(m.layers[2].prefix == "model.layers.2.mlp.");
     CHECK(m.layers[2].tensor_names() == std::vector<std::string>{"model.layers.2.mlp.gate_proj.weight",
                                                                  "model.layers.2.mlp.up_proj.weight",
                                                                  "model.layers.2.mlp.down_proj.weight"});

@@ -1,6 +1,7 @@
-// moecomp compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|prune [options]: a Hugging Face MoE
-// checkpoint in, a compressed checkpoint and a report out, one MoE layer at a time. Without MODEL_DIR it
-// compresses the embedded model (models/tiny-moe). The contract: docs/cli.md; the methods: docs/compress.md.
+// moecomp compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy [options]: a Hugging
+// Face MoE checkpoint in, a compressed checkpoint and a report out, one MoE layer at a time; or (moefy) a dense
+// checkpoint whose FFNs are split into experts. Without MODEL_DIR it compresses the embedded model
+// (models/tiny-moe; models/tiny-dense for moefy). The contract: docs/cli.md; the methods: docs/compress.md.
 //
 // The pipeline per MoE layer: load the layer (model::load_moe_layer, float), read its calibration tokens
 // (`layers.{i}.moe_input` of --calibration), compute the method's new layer (a stack of experts, the
@@ -13,6 +14,7 @@
 #include <moecomp/cluster/fcluster.hpp>
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/linkage.hpp>
+#include <moecomp/cluster/moefication.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
 #include <moecomp/io/residual_file.hpp>
 #include <moecomp/io/safetensors.hpp>
@@ -131,17 +133,15 @@ class progress_display {
 
 // ---------------------------------------------------------------------------------------------- options
 
-enum class method { hc_smoe, cka_merge, prune, resmoe };
+enum class method { hc_smoe, cka_merge, prune, resmoe, moefy };
 
 method parse_method(const std::string& name) {
   if (name == "hc-smoe") return method::hc_smoe;
   if (name == "cka-merge") return method::cka_merge;
   if (name == "prune") return method::prune;
   if (name == "resmoe") return method::resmoe;
-  if (name == "moefy")
-    throw usage_error("option --method: 'moefy' is not built yet in compress (hc-smoe, cka-merge, resmoe and prune "
-                      "are); see docs/compress.md, \"Status\"");
-  throw usage_error("option --method: expected hc-smoe, cka-merge, resmoe or prune, got '" + name + "'");
+  if (name == "moefy") return method::moefy;
+  throw usage_error("option --method: expected hc-smoe, cka-merge, resmoe, prune or moefy, got '" + name + "'");
 }
 
 const char* method_name(method m) {
@@ -150,6 +150,7 @@ const char* method_name(method m) {
     case method::cka_merge: return "cka-merge";
     case method::prune: return "prune";
     case method::resmoe: return "resmoe";
+    case method::moefy: return "moefy";
   }
   return "?";
 }
@@ -798,17 +799,17 @@ double peak_rss_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
-/// Where the embedded model is: installed beside the tool (share/moecomp/models/tiny-moe), else the source
-/// tree this tool was built from.
-std::string default_model_dir() {
+/// Where the embedded model `name` (tiny-moe, or tiny-dense for moefy) is: installed beside the tool
+/// (share/moecomp/models/NAME), else the source tree this tool was built from.
+std::string default_model_dir(const std::string& name) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const fs::path installed = exe.parent_path().parent_path() / "share" / "moecomp" / "models" / "tiny-moe";
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "moecomp" / "models" / name;
     if (fs::is_directory(installed, ec)) return installed.string();
   }
 #if defined(MOECOMP_SOURCE_MODELS_DIR)
-  return std::string(MOECOMP_SOURCE_MODELS_DIR) + "/tiny-moe";
+  return std::string(MOECOMP_SOURCE_MODELS_DIR) + "/" + name;
 #else
   throw usage_error("compress: no MODEL_DIR given and no embedded model installed beside the tool");
 #endif
@@ -823,6 +824,381 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+/// Writes the report into the staging directory (and to --report), commits OUT_DIR, and prints the report as
+/// one JSON line (--json), or `table` and the paths written.
+template <class Table>
+int finish_report(const arguments& args, output_files& outputs, const std::string& staging, const json& report,
+                  Table&& table) {
+  const std::string report_text = report.dump(2) + "\n";
+  {
+    std::ofstream f(fs::path(staging) / "compression_report.json");
+    f << report_text;
+    if (!f) throw moecomp::io_error("compress: cannot write compression_report.json into '" + staging + "'");
+  }
+  if (const auto r = args.value("--report")) {
+    const std::string temporary = *r + ".moecomp-tmp";
+    std::ofstream f(temporary);
+    f << report_text;
+    f.close();
+    if (!f) throw usage_error("option --report: cannot write '" + *r + "'");
+    outputs.commit();
+    fs::rename(temporary, *r);
+  } else {
+    outputs.commit();
+  }
+  if (args.flag("--json")) {  // the report itself, on one line
+    std::printf("%s\n", report.dump().c_str());
+    return 0;
+  }
+  table();
+  const std::string out_dir = *args.value("-o");
+  std::printf("wrote %s (report: %s)\n", out_dir.c_str(),
+              args.value("--report") ? args.value("--report")->c_str() : (out_dir + "/compression_report.json").c_str());
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------- moefy
+
+/// Row p of the result is row permutation[p] of the 2-D tensor `t`: its bytes moved, never converted, so that
+/// any dtype is kept exactly.
+std::vector<unsigned char> permute_rows(const moecomp::io::safetensors_tensor& t, const std::vector<index_t>& permutation) {
+  const auto row_bytes = static_cast<std::size_t>(t.byte_size() / static_cast<std::uint64_t>(t.shape()[0]));
+  std::vector<unsigned char> out(static_cast<std::size_t>(t.byte_size()));
+  for (std::size_t p = 0; p < permutation.size(); ++p)
+    std::memcpy(out.data() + p * row_bytes, t.data() + static_cast<std::size_t>(permutation[p]) * row_bytes, row_bytes);
+  return out;
+}
+
+/// Column p of the result is column permutation[p] of the 2-D tensor `t` (bytes moved, as permute_rows).
+std::vector<unsigned char> permute_columns(const moecomp::io::safetensors_tensor& t, const std::vector<index_t>& permutation) {
+  const index_t rows = t.shape()[0], cols = t.shape()[1];
+  const auto item = static_cast<std::size_t>(t.byte_size() / static_cast<std::uint64_t>(rows * cols));
+  std::vector<unsigned char> out(static_cast<std::size_t>(t.byte_size()));
+  for (index_t r = 0; r < rows; ++r) {
+    const unsigned char* src = t.data() + static_cast<std::size_t>(r * cols) * item;
+    unsigned char* dst = out.data() + static_cast<std::size_t>(r * cols) * item;
+    for (index_t p = 0; p < cols; ++p)
+      std::memcpy(dst + static_cast<std::size_t>(p) * item, src + static_cast<std::size_t>(permutation[static_cast<std::size_t>(p)]) * item, item);
+  }
+  return out;
+}
+
+/// The MoEfied FFN's output error on x against the dense FFN's: token t runs the top_k experts whose router
+/// rows score highest (x_t . row, ties to the lower index), each with weight 1, and the FFN's output is their
+/// sum; || y_dense - y_moe ||_F / || y_dense ||_F. With top_k = E it is the dense FFN up to summation order.
+double moefy_error(const moecomp::host_context& ctx, const moecomp::moe::ffn_params& params,
+                   const moecomp::moe::ffn_expert_view<float>& dense, const std::vector<float>& w1,
+                   const std::vector<float>& w3, const std::vector<float>& w2, moecomp::matrix_view<const float> router,
+                   index_t top_k, moecomp::matrix_view<const float> x) {
+  using namespace moecomp;
+  if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
+  const index_t T = x.rows(), H = x.cols(), E = router.rows(), S = dense.w1.rows() / E;
+  host_matrix<float> y(T, H), z(T, H), scores(T, E);
+  moe::ffn_forward<float>(ctx, params, dense, x, y.view());
+  moe::router_logits<float>(ctx, x, router, vector_view<const float>(), scores.view());
+  std::vector<std::vector<index_t>> tokens(static_cast<std::size_t>(E));
+  std::vector<index_t> order(static_cast<std::size_t>(E));
+  for (index_t t = 0; t < T; ++t) {
+    std::iota(order.begin(), order.end(), index_t{0});
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](index_t a, index_t b) {
+      return scores(t, a) > scores(t, b) || (scores(t, a) == scores(t, b) && a < b);
+    });
+    for (index_t k = 0; k < top_k; ++k) tokens[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])].push_back(t);
+  }
+  for (index_t t = 0; t < T; ++t)
+    for (index_t k = 0; k < H; ++k) z(t, k) = 0;
+  for (index_t e = 0; e < E; ++e) {
+    const auto& mine = tokens[static_cast<std::size_t>(e)];
+    if (mine.empty()) continue;
+    const auto n = static_cast<index_t>(mine.size());
+    host_matrix<float> xe(n, H), ye(n, H);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t k = 0; k < H; ++k) xe(i, k) = x(mine[static_cast<std::size_t>(i)], k);
+    moe::ffn_expert_view<float> expert;
+    expert.w1 = matrix_view<const float>(w1.data() + e * S * H, S, H, H);
+    if (!w3.empty()) expert.w3 = matrix_view<const float>(w3.data() + e * S * H, S, H, H);
+    expert.w2 = matrix_view<const float>(w2.data() + e * H * S, H, S, S);
+    moe::ffn_forward<float>(ctx, params, expert, xe.const_view(), ye.view());
+    for (index_t i = 0; i < n; ++i)
+      for (index_t k = 0; k < H; ++k) z(mine[static_cast<std::size_t>(i)], k) += ye(i, k);
+  }
+  double diff = 0, ref = 0;
+  for (index_t t = 0; t < T; ++t)
+    for (index_t k = 0; k < H; ++k) {
+      const double a = y(t, k), b = z(t, k);
+      diff += (a - b) * (a - b);
+      ref += a * a;
+    }
+  return std::sqrt(diff) / std::sqrt(ref);
+}
+
+/// compress --method moefy: every dense FFN of a dense checkpoint (a layout with "dense_ffn") split into E
+/// equal experts by cluster::moefication_split. The output is the same architecture with each FFN's neurons
+/// permuted so that expert e is neurons [e s, (e + 1) s) (a lossless rewrite: the dense model computes the
+/// same function), plus per layer the MoEfication router (`PREFIX.moefy.router.weight`, E x H, the centres of
+/// the experts' normalised gate rows, in the gate's dtype) and the permutation (`PREFIX.moefy.permutation`,
+/// I32: new neuron p is original neuron permutation[p]); config.json's "moecomp_moefy" says how to route.
+int compress_moefy(const arguments& args, output_files& outputs, const std::string& model_dir,
+                   const std::vector<moecomp::model::checkpoint_layout>& layouts, const std::string& config_text,
+                   const moecomp::io::safetensors_checkpoint& checkpoint,
+                   std::chrono::steady_clock::time_point started) {
+  using namespace moecomp;
+  const std::string config_path = (fs::path(model_dir) / "config.json").string();
+  const model::dense_model m = model::describe_dense_model(layouts, config_text, checkpoint, config_path);
+  const index_t L = static_cast<index_t>(m.layers.size()), F = m.ffn_size, H = m.hidden_size;
+  for (const char* o : {"--features", "--linkage", "--merge", "--similarity", "--criterion", "--keep", "--format", "--values"})
+    if (args.value(o)) throw usage_error(std::string("option ") + o + ": not a moefy option");
+  if (args.flag("--restore-dense")) throw usage_error("option --restore-dense: resmoe only (moefy's output is dense already)");
+  if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
+    throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
+                      args.value_or("--dtype", "") + "'");
+  // Experts of 32 neurons unless --experts says otherwise.
+  if (!args.value("--experts") && F % 32 != 0)
+    throw usage_error("option --experts: required here: the FFN's " + std::to_string(F) +
+                      " neurons are not a multiple of 32 (the default expert size)");
+  cluster::kmeans_params params;
+  params.clusters = args.integer("--experts", F / 32);
+  if (params.clusters < 1 || params.clusters > F || F % params.clusters != 0)
+    throw usage_error("option --experts: expected a divisor of the FFN's " + std::to_string(F) +
+                      " neurons (intermediate size), got " + std::to_string(params.clusters));
+  const index_t E = params.clusters, S = F / E;
+  const index_t top_k = args.integer("--top-k", std::max<index_t>(1, E / 4));
+  if (top_k < 1 || top_k > E)
+    throw usage_error("option --top-k: expected 1 to " + std::to_string(E) + " (the experts), got " + std::to_string(top_k));
+  params.restarts = args.integer("--n-init", 10);
+  if (params.restarts < 1) throw usage_error("option --n-init: expected at least 1, got " + std::to_string(params.restarts));
+  params.max_iterations = args.integer("--max-iter", 300);
+  if (params.max_iterations < 1)
+    throw usage_error("option --max-iter: expected at least 1, got " + std::to_string(params.max_iterations));
+  params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  std::error_code ec;
+  std::string calibration_path;
+  const std::string calibration_default = (fs::path(model_dir) / "calibration.safetensors").string();
+  if (const auto c = args.value("--calibration")) calibration_path = *c;
+  else if (fs::is_regular_file(calibration_default, ec)) calibration_path = calibration_default;
+  std::optional<io::safetensors_file> calibration;
+  if (!calibration_path.empty()) {
+    if (!fs::is_regular_file(calibration_path, ec)) throw usage_error("option --calibration: no file '" + calibration_path + "'");
+    calibration.emplace(io::read_safetensors(calibration_path));
+  }
+  for (const model::dense_layer_names& n : m.layers)
+    for (const std::string& name : n.tensor_names()) require_float_dtype(checkpoint.info(name).dtype, name);
+  const host_context ctx = make_context(args);
+  moe::ffn_params ffn;
+  ffn.act = m.activation;
+
+  const std::string staging = outputs.staging_directory();
+  interrupt_guard interrupts;
+  progress_display progress(!args.flag("--quiet") && ::isatty(2) != 0, args.flag("--progress") && !args.flag("--quiet"), L);
+  io::safetensors_sharded_writer writer(staging, "model");
+  json report;
+  report["moecomp_version"] = MOECOMP_VERSION_STRING;
+  report["method"] = "moefy";
+  report["model"] = model_dir;
+  report["family"] = m.family;
+  report["experts_before"] = 1;
+  report["experts_after"] = E;
+  json options = json::object();
+  options["experts"] = E;
+  options["expert_size"] = S;
+  options["top_k"] = top_k;
+  options["n_init"] = params.restarts;
+  options["max_iter"] = params.max_iterations;
+  options["seed"] = params.seed;
+  options["calibration"] = calibration ? json(calibration_path) : json(nullptr);
+  report["options"] = options;
+  // The FLOPs model per token (multiply-accumulates; activations and biases left out): the dense FFN costs
+  // (2 or 3) H F; the MoEfied one top_k experts of (2 or 3) H S plus the router's H E.
+  const double matrices = m.gated ? 3.0 : 2.0;
+  json flops;
+  flops["dense_ffn_macs_per_token"] = matrices * static_cast<double>(H) * static_cast<double>(F);
+  flops["expert_macs_per_token"] = matrices * static_cast<double>(H) * static_cast<double>(S);
+  flops["router_macs_per_token"] = static_cast<double>(H) * static_cast<double>(E);
+  flops["moe_macs_per_token"] = static_cast<double>(top_k) * flops["expert_macs_per_token"].get<double>() +
+                                flops["router_macs_per_token"].get<double>();
+  flops["ratio"] = flops["moe_macs_per_token"].get<double>() / flops["dense_ffn_macs_per_token"].get<double>();
+  report["flops"] = flops;
+  json layers = json::array(), prefixes = json::array();
+  std::set<std::string> written;
+  double bytes_before = 0, bytes_after = 0, parameters_before = 0;
+  try {
+    for (index_t i = 0; i < L; ++i) {
+      const model::dense_layer_names& names = m.layers[static_cast<std::size_t>(i)];
+      // The tensor prefix without its final dot ("model.layers.3.mlp"), as resmoe's tensors name it.
+      const std::string prefix =
+          !names.prefix.empty() && names.prefix.back() == '.' ? names.prefix.substr(0, names.prefix.size() - 1) : names.prefix;
+      const auto t0 = std::chrono::steady_clock::now();
+      json steps = json::object();
+      auto timed = [&](const std::string& step, auto&& work) {
+        progress.update(i, prefix, step);
+        const auto s0 = std::chrono::steady_clock::now();
+        work();
+        steps[step] = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      };
+      std::optional<model::dense_ffn_weights<float>> w;
+      host_matrix<float> x(0, H);
+      timed("loading", [&] {
+        w.emplace(model::load_dense_ffn<float>(checkpoint, m, i));
+        if (!calibration) return;
+        const std::string key = "layers." + std::to_string(names.layer) + ".moe_input";
+        if (!calibration->contains(key))
+          throw usage_error("option --calibration: '" + calibration_path + "' has no tensor '" + key + "' for layer " + prefix);
+        const io::safetensors_tensor t = calibration->tensor(key);
+        if (t.shape().size() != 2 || t.shape()[1] != H || t.shape()[0] < 1)
+          throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(H) +
+                            " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
+        x = t.to_matrix<float>();
+        calibration->release(key);
+      });
+      const moe::ffn_expert_view<float> dense = w->view();
+      std::vector<float> e1(static_cast<std::size_t>(F * H)), e3(m.gated ? e1.size() : 0), e2(e1.size());
+      host_matrix<float> router(E, H);
+      std::vector<std::int64_t> labels(static_cast<std::size_t>(F));
+      std::vector<index_t> permutation(static_cast<std::size_t>(F));
+      cluster::kmeans_result split;
+      timed("balanced k-means", [&] {
+        cluster::dense_ffn_view<float> in;
+        in.w1 = dense.w1;
+        in.w3 = dense.w3;
+        in.w2 = dense.w2;
+        cluster::expert_stack_outputs<float> out;
+        out.w1 = matrix_stack_view<float>(e1.data(), E, S, H);
+        if (m.gated) out.w3 = matrix_stack_view<float>(e3.data(), E, S, H);
+        out.w2 = matrix_stack_view<float>(e2.data(), E, H, S);
+        out.router = router.view();
+        out.labels = make_vector_view(labels.data(), F);
+        out.permutation = make_vector_view(permutation.data(), F);
+        split = cluster::moefication_split<float>(ctx, params, in, out);
+      });
+      const auto router_dtype = checkpoint.info(names.gate).dtype;
+      round_to_storage(router.storage(), router_dtype);
+      double error = 0;
+      timed("error", [&] { error = moefy_error(ctx, ffn, dense, e1, e3, e2, router.const_view(), top_k, x.const_view()); });
+      progress.update(i, prefix, "writing");
+      std::vector<owned_tensor> tensors;
+      {
+        const io::safetensors_tensor gate = checkpoint.tensor(names.gate);
+        tensors.push_back({names.gate, gate.dtype(), gate.shape(), permute_rows(gate, permutation)});
+        if (m.gated) {
+          const io::safetensors_tensor up = checkpoint.tensor(names.up);
+          tensors.push_back({names.up, up.dtype(), up.shape(), permute_rows(up, permutation)});
+        }
+        const io::safetensors_tensor down = checkpoint.tensor(names.down);
+        tensors.push_back({names.down, down.dtype(), down.shape(), permute_columns(down, permutation)});
+        owned_tensor r{prefix + ".moefy.router.weight", router_dtype, {E, H}, {}};
+        append_encoded(router.data(), static_cast<std::size_t>(E * H), router_dtype, r.bytes);
+        tensors.push_back(std::move(r));
+        owned_tensor p{prefix + ".moefy.permutation", io::safetensors_dtype::i32, {F}, {}};
+        p.bytes.resize(static_cast<std::size_t>(F) * 4);
+        for (index_t k = 0; k < F; ++k) {
+          const auto v = static_cast<std::int32_t>(permutation[static_cast<std::size_t>(k)]);
+          std::memcpy(p.bytes.data() + 4 * k, &v, 4);
+        }
+        tensors.push_back(std::move(p));
+      }
+      std::vector<io::safetensors_entry> entries;
+      double layer_before = 0, layer_after = 0;
+      for (const std::string& n : names.tensor_names()) {
+        layer_before += static_cast<double>(tensor_bytes(checkpoint, n));
+        written.insert(n);
+      }
+      for (const owned_tensor& t : tensors) {
+        entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+        layer_after += static_cast<double>(t.bytes.size());
+      }
+      interrupt_guard::check();
+      writer.write_shard(entries, checkpoint.metadata());
+      for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+      const double parameters = matrices * static_cast<double>(F) * static_cast<double>(H);
+      std::vector<index_t> sizes(static_cast<std::size_t>(E), 0);
+      for (std::int64_t l : labels) ++sizes[static_cast<std::size_t>(l)];
+      json record;
+      record["layer"] = prefix;
+      record["experts"] = E;
+      record["expert_size"] = S;
+      record["top_k"] = top_k;
+      record["output_relative_error"] = std::isnan(error) ? json(nullptr) : json(error);
+      record["calibration_tokens"] = x.rows();
+      json kmeans;
+      kmeans["inertia"] = split.inertia;
+      kmeans["iterations"] = split.iterations;
+      kmeans["status"] = to_string(split.status);
+      kmeans["best_run"] = split.best_run;
+      kmeans["assignment_gap"] = split.assignment_gap;
+      kmeans["smallest_expert"] = *std::min_element(sizes.begin(), sizes.end());
+      kmeans["largest_expert"] = *std::max_element(sizes.begin(), sizes.end());
+      record["balanced_kmeans"] = kmeans;
+      record["bytes_before"] = layer_before;
+      record["bytes_after"] = layer_after;
+      record["bits_per_weight"] = 8.0 * layer_after / parameters;
+      record["steps_seconds"] = steps;
+      record["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      layers.push_back(record);
+      prefixes.push_back(prefix);
+      bytes_before += layer_before;
+      bytes_after += layer_after;
+      parameters_before += parameters;
+    }
+    progress.update(L - 1, "rest", "writing the other tensors");
+    std::vector<io::safetensors_entry> rest;
+    for (const std::string& n : checkpoint.names())
+      if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+    if (!rest.empty()) writer.write_shard(rest, checkpoint.metadata());
+    writer.finish();
+    json config = json::parse(config_text);
+    json record;
+    record["num_experts"] = E;
+    record["expert_size"] = S;
+    record["top_k"] = top_k;
+    record["router"] = "moefy.router.weight";
+    record["permutation"] = "moefy.permutation";
+    record["scores"] = "x . router row; top_k experts per token, ties to the lower index, each with weight 1";
+    record["layers"] = prefixes;
+    record["version"] = MOECOMP_VERSION_STRING;
+    config["moecomp_moefy"] = record;
+    {
+      std::ofstream f(fs::path(staging) / "config.json");
+      f << config.dump(2) << "\n";
+      if (!f) throw io_error("compress: cannot write config.json into '" + staging + "'");
+    }
+    for (const auto& entry : fs::directory_iterator(model_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
+          name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
+        continue;
+      fs::copy_file(entry.path(), fs::path(staging) / name);
+    }
+    progress.finish();
+  } catch (const interrupted& i) {
+    progress.finish();
+    std::fprintf(stderr, "moecomp: error: compress: interrupted (signal %d); nothing was written\n", i.signal_number);
+    return 128 + i.signal_number;
+  }
+  report["layers"] = layers;
+  json totals;
+  totals["bytes_before"] = bytes_before;
+  totals["bytes_after"] = bytes_after;
+  totals["bits_per_weight"] = parameters_before > 0 ? 8.0 * bytes_after / parameters_before : 0.0;
+  totals["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  totals["peak_rss_bytes"] = peak_rss_bytes();
+  report["totals"] = totals;
+  return finish_report(args, outputs, staging, report, [&] {
+    std::printf("moecomp compress: moefy, %s (%s), %lld dense FFNs of %lld neurons -> %lld experts of %lld, top-%lld "
+                "(%.1f%% of the FFN's multiply-adds)\n",
+                model_dir.c_str(), m.family.c_str(), static_cast<long long>(L), static_cast<long long>(F),
+                static_cast<long long>(E), static_cast<long long>(S), static_cast<long long>(top_k),
+                100.0 * flops["ratio"].get<double>());
+    std::printf("%-34s %10s %12s %12s %8s\n", "layer", "error", "MB before", "MB after", "seconds");
+    for (const auto& l : layers)
+      std::printf("%-34s %10s %12.3f %12.3f %8.2f\n", l["layer"].get<std::string>().c_str(),
+                  l["output_relative_error"].is_null() ? "-" : fixed(l["output_relative_error"].get<double>(), 4).c_str(),
+                  l["bytes_before"].get<double>() / 1e6, l["bytes_after"].get<double>() / 1e6, l["seconds"].get<double>());
+    std::printf("total: %.3f MB -> %.3f MB of FFN tensors (%.2f bits per weight), %.2f s, peak RSS %.1f MB\n",
+                bytes_before / 1e6, bytes_after / 1e6, totals["bits_per_weight"].get<double>(),
+                totals["seconds"].get<double>(), totals["peak_rss_bytes"].get<double>() / 1e6);
+  });
+}
+
 // ---------------------------------------------------------------------------------------------- the command
 
 int compress(const arguments& args, output_files& outputs) {
@@ -830,7 +1206,9 @@ int compress(const arguments& args, output_files& outputs) {
   const auto started = std::chrono::steady_clock::now();
   settings s;
   s.how = parse_method(*args.value("--method"));
-  const std::string model_dir = args.positional().empty() ? default_model_dir() : args.positional()[0];
+  const std::string model_dir = args.positional().empty()
+                                    ? default_model_dir(s.how == method::moefy ? "tiny-dense" : "tiny-moe")
+                                    : args.positional()[0];
   const auto out_dir = args.value("-o");
   if (!out_dir) throw usage_error("compress: -o OUT_DIR is required");
 
@@ -850,6 +1228,26 @@ int compress(const arguments& args, output_files& outputs) {
   }
   const std::string config_text = model::read_text_file(config_path);
   const io::safetensors_checkpoint checkpoint = io::open_safetensors_checkpoint(model_dir);
+  // A method of the other kind: said in the tool's words before the library's checks.
+  const bool dense_model = model::is_dense_model(layouts, config_text);
+  const json config_json = json::parse(config_text, nullptr, false);
+  const std::string model_type = config_json.is_object() && config_json.contains("model_type") &&
+                                         config_json["model_type"].is_string()
+                                     ? config_json["model_type"].get<std::string>()
+                                     : std::string();
+  if (s.how == method::moefy && !dense_model &&
+      std::any_of(layouts.begin(), layouts.end(), [&](const model::checkpoint_layout& l) {
+        return !l.dense() && std::find(l.model_types.begin(), l.model_types.end(), model_type) != l.model_types.end();
+      }))
+    throw usage_error("compress: --method moefy splits dense checkpoints, and '" + model_dir + "' is an MoE model (model_type '" +
+                      model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
+  if (s.how != method::moefy && dense_model)
+    throw usage_error("compress: --method " + std::string(method_name(s.how)) + " compresses MoE checkpoints, and '" +
+                      model_dir + "' is a dense model (model_type '" + model_type +
+                      "'): --method moefy splits its FFNs into experts");
+  if (s.how == method::moefy) return compress_moefy(args, outputs, model_dir, layouts, config_text, checkpoint, started);
+  for (const char* o : {"--top-k", "--n-init"})
+    if (args.value(o)) throw usage_error(std::string("option ") + o + ": moefy only");
   const model::moe_model m = model::describe_moe_model(layouts, config_text, checkpoint, config_path);
   const model::checkpoint_layout* layout = nullptr;
   for (const auto& l : layouts)
@@ -884,8 +1282,9 @@ int compress(const arguments& args, output_files& outputs) {
   } else {
     s.criterion = choose(args, "--criterion", {"frequency", "reap"}, "frequency");
   }
-  for (const char* o : {"--keep", "--format", "--values", "--max-iter"})
+  for (const char* o : {"--keep", "--format", "--values"})
     if (args.value(o) && s.how != method::resmoe) throw usage_error(std::string("option ") + o + ": resmoe only");
+  if (args.value("--max-iter") && s.how != method::resmoe) throw usage_error("option --max-iter: resmoe and moefy only");
   if (args.flag("--restore-dense") && s.how != method::resmoe) throw usage_error("option --restore-dense: resmoe only");
   if (s.how == method::resmoe) {
     s.keep = args.number("--keep", 0.25);
@@ -1141,59 +1540,38 @@ int compress(const arguments& args, output_files& outputs) {
   totals["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   totals["peak_rss_bytes"] = peak_rss_bytes();
   report["totals"] = totals;
-  const std::string report_text = report.dump(2) + "\n";
-  {
-    std::ofstream f(fs::path(staging) / "compression_report.json");
-    f << report_text;
-    if (!f) throw io_error("compress: cannot write compression_report.json into '" + staging + "'");
-  }
-  if (const auto r = args.value("--report")) {
-    const std::string temporary = *r + ".moecomp-tmp";
-    std::ofstream f(temporary);
-    f << report_text;
-    f.close();
-    if (!f) throw usage_error("option --report: cannot write '" + *r + "'");
-    outputs.commit();
-    fs::rename(temporary, *r);
-  } else {
-    outputs.commit();
-  }
-
-  if (args.flag("--json")) {  // the report itself, on one line
-    std::printf("%s\n", report.dump().c_str());
-    return 0;
-  }
-  // The table on stdout.
-  std::printf("moecomp compress: %s, %s (%s), %lld MoE layers, %lld -> %lld experts per layer\n", method_name(s.how),
-              model_dir.c_str(), m.family.c_str(), static_cast<long long>(L), static_cast<long long>(E),
-              static_cast<long long>(s.experts));
-  std::printf("%-34s %9s %10s %12s %12s %8s\n", "layer", "experts", "error", "MB before", "MB after", "seconds");
-  for (const auto& l : layers)
-    std::printf("%-34s %4lld->%-4lld %10s %12.3f %12.3f %8.2f\n", l["layer"].get<std::string>().c_str(),
-                static_cast<long long>(E), l["distinct_experts"].get<long long>(),
-                l["output_relative_error"].is_null() ? "-" : fixed(l["output_relative_error"].get<double>(), 4).c_str(),
-                l["bytes_before"].get<double>() / 1e6, l["bytes_after"].get<double>() / 1e6, l["seconds"].get<double>());
-  std::printf("total: %.3f MB -> %.3f MB of MoE tensors (%.2f bits per weight), %.2f s, peak RSS %.1f MB\n",
-              bytes_before / 1e6, bytes_after / 1e6, totals["bits_per_weight"].get<double>(),
-              totals["seconds"].get<double>(), totals["peak_rss_bytes"].get<double>() / 1e6);
-  std::printf("wrote %s (report: %s)\n", out_dir->c_str(),
-              args.value("--report") ? args.value("--report")->c_str() : (*out_dir + "/compression_report.json").c_str());
-  return 0;
+  return finish_report(args, outputs, staging, report, [&] {
+    std::printf("moecomp compress: %s, %s (%s), %lld MoE layers, %lld -> %lld experts per layer\n", method_name(s.how),
+                model_dir.c_str(), m.family.c_str(), static_cast<long long>(L), static_cast<long long>(E),
+                static_cast<long long>(s.experts));
+    std::printf("%-34s %9s %10s %12s %12s %8s\n", "layer", "experts", "error", "MB before", "MB after", "seconds");
+    for (const auto& l : layers)
+      std::printf("%-34s %4lld->%-4lld %10s %12.3f %12.3f %8.2f\n", l["layer"].get<std::string>().c_str(),
+                  static_cast<long long>(E), l["distinct_experts"].get<long long>(),
+                  l["output_relative_error"].is_null() ? "-" : fixed(l["output_relative_error"].get<double>(), 4).c_str(),
+                  l["bytes_before"].get<double>() / 1e6, l["bytes_after"].get<double>() / 1e6, l["seconds"].get<double>());
+    std::printf("total: %.3f MB -> %.3f MB of MoE tensors (%.2f bits per weight), %.2f s, peak RSS %.1f MB\n",
+                bytes_before / 1e6, bytes_after / 1e6, totals["bits_per_weight"].get<double>(),
+                totals["seconds"].get<double>(), totals["peak_rss_bytes"].get<double>() / 1e6);
+  });
 }
 
 }  // namespace
 
 const command_registration compress_registration{command{
     {"compress",
-     "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, or "
-     "expert pruning",
-     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune [--experts N] [--calibration FILE] "
+     "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, "
+     "expert pruning; or split a dense checkpoint's FFNs into experts (moefy)",
+     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy [--experts N] [--calibration FILE] "
      "[--features F] [--linkage L] [--merge M] [--similarity S] [--criterion C] [--seed S] [--layouts DIR] "
-     "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--report R.json] [--quiet] [--progress] [--json]",
+     "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] "
+     "[--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
-     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (required; moefy is not built yet)"},
-      {"--experts", true, "N: experts per MoE layer after compression (default: half, at least top-k)"},
+     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (MoE checkpoints), moefy (dense checkpoints) (required)"},
+      {"--experts", true,
+       "N: experts per MoE layer after compression (default: half, at least top-k); moefy: experts per FFN, a divisor "
+       "of its neurons (default: experts of 32 neurons)"},
       {"--calibration", true,
        "FILE.safetensors with layers.{i}.moe_input (T x hidden) per MoE layer (default MODEL_DIR/calibration.safetensors)"},
       {"--features", true, "hc-smoe: outputs|router-logits|weights (default outputs with calibration, else weights)"},
@@ -1208,8 +1586,10 @@ const command_registration compress_registration{command{
       {"--keep", true, "resmoe: the fraction of each expert's design residual kept, (0, 1] (default 0.25, ResMoE's)"},
       {"--format", true, "resmoe: the residuals' format csr16|bitmap|auto (default auto: the smallest)"},
       {"--values", true, "resmoe: the residuals' values fp32|fp16|bf16 (default: the experts' dtype)"},
-      {"--max-iter", true, "resmoe: barycenter iterations (default 100, POT's and ResMoE's)"},
+      {"--max-iter", true, "resmoe: barycenter iterations (default 100, POT's and ResMoE's); moefy: k-means iterations (default 300)"},
       {"--restore-dense", false, "resmoe: also write OUT_DIR/dense, an ordinary checkpoint of the restored experts"},
+      {"--top-k", true, "moefy: experts per token for the router the output records and the report's error (default E/4)"},
+      {"--n-init", true, "moefy: balanced k-means runs, the lowest inertia kept (default 10)"},
       {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)"},
       {"--quiet", false, "no progress display"},
       {"--progress", false, "progress as one line per step on stderr, also when stderr is not a terminal"}},

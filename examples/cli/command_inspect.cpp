@@ -68,8 +68,14 @@ int inspect(const arguments& args, output_files& outputs) {
   const fs::path directory = fs::is_directory(path, ec) ? fs::path(path) : fs::path(checkpoint.source()).parent_path();
   const fs::path config = directory / "config.json";
   std::optional<model::moe_model> described;
-  if (fs::exists(config, ec))
-    described = model::describe_moe_model(layouts, model::read_text_file(config.string()), checkpoint, config.string());
+  std::optional<model::dense_model> dense;  // a dense family's checkpoint (what compress --method moefy splits)
+  if (fs::exists(config, ec)) {
+    const std::string config_text = model::read_text_file(config.string());
+    if (model::is_dense_model(layouts, config_text))
+      dense = model::describe_dense_model(layouts, config_text, checkpoint, config.string());
+    else
+      described = model::describe_moe_model(layouts, config_text, checkpoint, config.string());
+  }
 
   if (tensor_name) {
     if (!checkpoint.contains(*tensor_name))
@@ -119,6 +125,17 @@ int inspect(const arguments& args, output_files& outputs) {
         .add("topk_method", m.topk_method)
         .add("routing_rule", std::string(gating::to_string(model::routing_of(m).rule)));
   }
+  if (dense) {
+    std::vector<long long> layers;
+    for (const auto& l : dense->layers) layers.push_back(static_cast<long long>(l.layer));
+    summary.add("family", dense->family)
+        .add("layout", dense->layout_source)
+        .add("dense_layers", layers)
+        .add("hidden_size", static_cast<long long>(dense->hidden_size))
+        .add("ffn_size", static_cast<long long>(dense->ffn_size))
+        .add("gated", dense->gated)
+        .add("activation", std::string(moe::to_string(dense->activation)));
+  }
   if (tensor_name) summary.add("tensor", *tensor_name);
   summary.add("seconds", seconds);
 
@@ -134,6 +151,11 @@ int inspect(const arguments& args, output_files& outputs) {
                 << m.expert_size << ", " << (m.gated ? "gated " : "") << moe::to_string(m.activation);
       if (m.shared_expert_size > 0) std::cout << ", shared expert size " << m.shared_expert_size;
       std::cout << "\nMoE layers: " << layer_list(m) << "\n";
+    } else if (dense) {
+      std::cout << "model: " << dense->family << " (" << dense->layout_source << "), dense: " << dense->layers.size()
+                << " layers with an FFN of " << dense->ffn_size << " neurons, d " << dense->hidden_size << ", "
+                << (dense->gated ? "gated " : "") << moe::to_string(dense->activation)
+                << " (compress --method moefy splits each FFN into experts)\n";
     } else {
       std::cout << "model: no config.json beside the checkpoint, so no layout is resolved\n";
     }

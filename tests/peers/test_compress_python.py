@@ -21,6 +21,12 @@ For each method and option set:
 * resmoe: the checkpoint holds the router as it was, the base expert, the permutations and one residual file
   per expert matrix (U8 tensors); dense/ (--restore-dense) holds, after rounding to bfloat16, exactly what
   `moecomp residual-decode` (the library's restore) gives from them; ResMoE's approximation error is numpy's.
+* moefy (on models/tiny-dense, the default MODEL_DIR for it): every tensor but the FFNs is the input's bytes;
+  each FFN's gate and up rows and down columns are the input's bytes permuted by the stored permutation; the
+  permutation, router and expert tensors equal `moecomp split-ffn` (the library's moefication_split) on that
+  layer's weights; each expert is 32 neurons in increasing original index; the router rows are numpy's centres
+  of the experts' normalised gate rows (to bfloat16); the reported error is numpy's top-k forward, and with
+  --top-k E it is 0 up to rounding; the FLOPs model is the closed form.
 * Without calibration tokens hc-smoe runs from weights and reports no error.
 * An interrupted run (SIGINT while layer 2 runs) and a run failing at layer 4 (calibration without
   layers.3.moe_input) leave no OUT_DIR and no temporary directory.
@@ -43,6 +49,7 @@ from peer_common import ToolRunner, require  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMBEDDED = os.path.normpath(os.path.join(HERE, "..", "..", "models", "tiny-moe"))
+DENSE = os.path.normpath(os.path.join(HERE, "..", "..", "models", "tiny-dense"))
 CODES = {"F32": "<f4", "F64": "<f8", "BF16": "<u2", "F16": "<f2", "I64": "<i8", "I32": "<i4", "U8": "u1"}
 SIZES = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "U8": 1}
 PREFIX = "model.layers.{}.block_sparse_moe."
@@ -324,6 +331,89 @@ def main():
             c.check("resmoe without --restore-dense: no dense/", not os.path.exists(os.path.join(out, "dense")) and
                     report["options"]["keep"] == 0.5, str(report["options"]))
 
+        # moefy: the dense twin split into experts of 32 neurons, top-8 of 32 (the defaults).
+        dense = read_checkpoint(DENSE)
+        dense_calibration = calibration(DENSE)
+        report = c.compress("moefy", out, "--method", "moefy")
+        if report:
+            written = read_checkpoint(out)
+            config = json.load(open(os.path.join(out, "config.json")))
+            record = config.get("moecomp_moefy", {})
+            c.check("moefy: config keys", record.get("num_experts") == 32 and record.get("expert_size") == 32 and
+                    record.get("top_k") == 8 and record.get("router") == "moefy.router.weight" and
+                    config["model_type"] == "mistral" and config["intermediate_size"] == 1024, str(record))
+            mlp = "model.layers.{}.mlp."
+            ffn = {mlp.format(i) + f"{w}_proj.weight" for i in range(4) for w in ("gate", "up", "down")}
+            c.check("moefy: the other tensors byte for byte", all(written[n] == dense[n] for n in dense if n not in ffn),
+                    f"{len(dense) - len(ffn)} tensors")
+            c.check("moefy: the tensor names", set(written) == set(dense) | {
+                mlp.format(i) + t for i in range(4) for t in ("moefy.router.weight", "moefy.permutation")},
+                str(sorted(set(written) - set(dense))))
+            bad, worst, worst_dense, split_bad = 0, 0.0, 0.0, 0
+            for i, layer in enumerate(report["layers"]):
+                p = mlp.format(i)
+                perm = decode(written[p + "moefy.permutation"]).astype(np.int64)
+                gate_in, up_in, down_in = (decode(dense[p + f"{w}_proj.weight"]) for w in ("gate", "up", "down"))
+                gate, up, down = (decode(written[p + f"{w}_proj.weight"]) for w in ("gate", "up", "down"))
+                router = decode(written[p + "moefy.router.weight"])
+                experts = perm.reshape(32, 32)
+                bad += int(sorted(perm.tolist()) != list(range(1024)))
+                bad += int(not all((np.diff(e) > 0).all() for e in experts))
+                bad += int(not (np.array_equal(gate, gate_in[perm]) and np.array_equal(up, up_in[perm]) and
+                                np.array_equal(down, down_in[:, perm])))
+                # The router: each expert's centre of normalised gate rows, rounded to bfloat16.
+                unit = gate_in / np.linalg.norm(gate_in, axis=1, keepdims=True)
+                centres = np.stack([unit[e].mean(axis=0) for e in experts])
+                bad += int(np.abs(router - bf16_round(centres)).max() > 2 * 2.0 ** -8 * np.abs(centres).max())
+                # The library-level split on the same weights.
+                weights_dir = c.path(f"moefy-weights-{i}")
+                os.makedirs(weights_dir, exist_ok=True)
+                for name, m in (("w1", gate_in), ("w3", up_in), ("w2", down_in)):
+                    np.save(os.path.join(weights_dir, name + ".npy"), m.astype(np.float32))
+                split = c.path(f"moefy-split-{i}")
+                r = c.run("split-ffn", "--w1", os.path.join(weights_dir, "w1.npy"), "--w2",
+                          os.path.join(weights_dir, "w2.npy"), "--w3", os.path.join(weights_dir, "w3.npy"),
+                          "--experts", "32", "-o", split)
+                if r.returncode != 0:
+                    split_bad += 1
+                else:
+                    split_bad += int(not np.array_equal(np.load(os.path.join(split, "perm.npy")), perm))
+                    split_bad += int(not np.array_equal(bf16_round(np.load(os.path.join(split, "router.npy"))), router))
+                # The reported error: numpy's top-8 forward against the dense FFN, float64.
+                x = dense_calibration[f"layers.{i}.moe_input"]
+                h = silu(x @ gate.T) * (x @ up.T)
+                y = h @ down.T
+                scores = x @ router.T
+                top = np.argsort(-scores, axis=1, kind="stable")[:, :8]
+                keep = np.zeros((x.shape[0], 32))
+                np.put_along_axis(keep, top, 1.0, axis=1)
+                z = (h * np.repeat(keep, 32, axis=1)) @ down.T
+                error = np.linalg.norm(y - z) / np.linalg.norm(y)
+                worst = max(worst, abs(error - layer["output_relative_error"]) / error)
+                bad += int(layer["balanced_kmeans"]["smallest_expert"] != 32 or layer["balanced_kmeans"]["largest_expert"] != 32 or
+                           layer["balanced_kmeans"]["assignment_gap"] > 1e-9)
+            c.check("moefy: permuted FFN bytes, experts of 32 in increasing index, router = numpy's centres", bad == 0,
+                    f"{bad} differences")
+            c.check("moefy: the split is the library's (moecomp split-ffn)", split_bad == 0, f"{split_bad} differences")
+            c.check("moefy: the reported errors are numpy's", worst <= 2e-4, f"worst relative difference {worst:.2e}")
+            f = report["flops"]
+            c.check("moefy: the FLOPs model", f["dense_ffn_macs_per_token"] == 3 * 128 * 1024 and
+                    f["moe_macs_per_token"] == 8 * 3 * 128 * 32 + 128 * 32 and
+                    abs(f["ratio"] - (8 * 3 * 128 * 32 + 128 * 32) / (3 * 128 * 1024)) < 1e-12, str(f))
+        report = c.compress("moefy --top-k 32", out, DENSE, "--method", "moefy", "--top-k", "32", "--experts", "32")
+        if report:
+            worst = max(l["output_relative_error"] for l in report["layers"])
+            c.check("moefy --top-k 32: every expert on is the dense FFN", worst < 1e-6, f"worst error {worst:.1e}")
+        report = c.compress("moefy --experts 8 --top-k 2", out, DENSE, "--method", "moefy", "--experts", "8",
+                            "--top-k", "2", "--n-init", "2")
+        if report:
+            written = read_checkpoint(out)
+            perm = decode(written["model.layers.2.mlp.moefy.permutation"]).astype(np.int64)
+            c.check("moefy --experts 8: experts of 128 neurons, router 8 x 128",
+                    report["layers"][2]["expert_size"] == 128 and written["model.layers.2.mlp.moefy.router.weight"][1] == (8, 128)
+                    and all((np.diff(e) > 0).all() for e in perm.reshape(8, 128)) and report["options"]["n_init"] == 2,
+                    str(report["options"]))
+
         # Without calibration tokens: hc-smoe from weights, no error reported.
         bare = c.path("bare-model")
         shutil.copytree(EMBEDDED, bare, ignore=shutil.ignore_patterns("calibration.safetensors", "heldout.bin"))
@@ -376,9 +466,10 @@ def main():
         llama = c.path("llama-model")
         shutil.copytree(EMBEDDED, llama)
         cfg = json.load(open(os.path.join(llama, "config.json")))
-        cfg["model_type"] = "llama"
+        cfg["model_type"] = "jamba"
         json.dump(cfg, open(os.path.join(llama, "config.json"), "w"))
-        c.expect_directory_error("an unknown architecture", ["compress", llama, "--method", "prune"], "llama")
+        c.expect_directory_error("an unknown architecture", ["compress", llama, "--method", "prune"],
+                                 "unknown architecture", "jamba")
         c.expect_directory_error("--experts above E", ["compress", "--method", "hc-smoe", "--experts", "9"],
                                  "--experts", "1 to 8", "got 9")
         c.expect_directory_error("--experts below top-k", ["compress", "--method", "prune", "--experts", "1"],
@@ -386,7 +477,19 @@ def main():
         c.expect_directory_error("prune without calibration", ["compress", bare, "--method", "prune"],
                                  "needs calibration tokens")
         c.expect_directory_error("an unknown method", ["compress", "--method", "zip"], "--method", "zip")
-        c.expect_directory_error("moefy, not built", ["compress", "--method", "moefy"], "not built yet")
+        c.expect_directory_error("a merge method on a dense model", ["compress", DENSE, "--method", "hc-smoe"],
+                                 "--method hc-smoe compresses MoE checkpoints", "is a dense model (model_type 'mistral')",
+                                 "--method moefy")
+        c.expect_directory_error("moefy on an MoE model", ["compress", EMBEDDED, "--method", "moefy"],
+                                 "--method moefy splits dense checkpoints", "is an MoE model (model_type 'mixtral')")
+        c.expect_directory_error("moefy --experts not a divisor", ["compress", "--method", "moefy", "--experts", "24"],
+                                 "--experts", "divisor", "1024", "got 24")
+        c.expect_directory_error("moefy --top-k above E", ["compress", "--method", "moefy", "--experts", "8",
+                                 "--top-k", "9"], "--top-k", "1 to 8", "got 9")
+        c.expect_directory_error("moefy with a merge option", ["compress", "--method", "moefy", "--merge", "average"],
+                                 "--merge", "not a moefy option")
+        c.expect_directory_error("--top-k for another method", ["compress", "--method", "prune", "--top-k", "2"],
+                                 "--top-k", "moefy only")
         c.expect_directory_error("--keep outside (0, 1]", ["compress", "--method", "resmoe", "--keep", "1.5"], "--keep")
         c.expect_directory_error("--keep for another method", ["compress", "--method", "prune", "--keep", "0.5"],
                                  "--keep", "resmoe only")

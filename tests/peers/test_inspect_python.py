@@ -8,6 +8,7 @@
 * A 2-shard copy with model.safetensors.index.json written here reads the same; so do small checkpoints in
   Qwen2-MoE and DeepSeek-V3 naming (layers found by their rules, DeepSeek's routing rule), and a family the
   built-in layouts do not know, given as a JSON file in --layouts DIR.
+* The dense twin (models/tiny-dense, Mistral naming) is described as dense: its layers, FFN size and activation.
 * The text output names the family and the MoE layers; --tensors lists every tensor with dtype and shape.
 * Bad input: exit 2, one "moecomp: error:" line naming the problem, no output file.
 
@@ -26,6 +27,7 @@ from peer_common import ToolRunner, require  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMBEDDED = os.path.normpath(os.path.join(HERE, "..", "..", "models", "tiny-moe"))
+DENSE = os.path.normpath(os.path.join(HERE, "..", "..", "models", "tiny-dense"))
 CODES = {"F32": "<f4", "F64": "<f8", "BF16": "<u2", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
 
 
@@ -90,6 +92,13 @@ def main():
         c.fields("embedded model", s, family="mixtral", experts=8, top_k=2, normalize_top_k=True,
                  moe_layers=[0, 1, 2, 3], hidden_size=128, expert_size=256, gated=True, activation="silu",
                  routing_rule="top_k", tensors=len(header), tensor_bytes=total, files=1)
+
+        dense_header, _ = read_header(os.path.join(DENSE, "model.safetensors"))
+        c.fields("the dense twin", c.inspect(DENSE), family="mistral", dense_layers=[0, 1, 2, 3], hidden_size=128,
+                 ffn_size=1024, gated=True, activation="silu", tensors=len(dense_header))
+        r = c.run("inspect", DENSE)
+        c.check("the dense twin, as text", r.returncode == 0 and "dense: 4 layers with an FFN of 1024 neurons" in r.stdout,
+                r.stdout + r.stderr)
 
         # One tensor out, exactly as numpy decodes it.
         name = "model.layers.2.block_sparse_moe.experts.5.w3.weight"

@@ -452,6 +452,7 @@ inline dense_model describe_dense_model(const std::vector<checkpoint_layout>& la
         dense_layer_names n;
         n.stack = stack.name;
         n.layer = layer;
+        n.prefix = prefix;
         n.gate = prefix + layout.dense_gate;
         if (m.gated) n.up = prefix + layout.dense_up;
         n.down = prefix + layout.dense_down;

@@ -146,6 +146,7 @@ struct moe_model {
 struct dense_layer_names {
   std::string stack;
   index_t layer = 0;
+  std::string prefix;          // the stack's prefix for this layer ("model.layers.3.mlp.")
   std::string gate, up, down;  // up empty for an ungated FFN
 
   std::vector<std::string> tensor_names() const {
