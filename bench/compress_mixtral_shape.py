@@ -154,7 +154,7 @@ def main():
                 for k, v in l["steps_seconds"].items():
                     steps[k] = steps.get(k, 0.0) + v / len(layers)
             other = per_layer - sum(steps.values())
-            split = ", ".join(f"{k} {v:.1f}" for k, v in steps.items()) + f", load/error/write {other:.1f}"
+            split = ", ".join(f"{k} {v:.1f}" for k, v in steps.items()) + f", other {other:.1f}"
             errors = [l["output_relative_error"] for l in layers]
             if method == "moefy":
                 print("moefy: balanced k-means per layer: " + "; ".join(

@@ -1075,6 +1075,7 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
       double error = 0;
       timed("error", [&] { error = moefy_error(ctx, ffn, dense, e1, e3, e2, router.const_view(), top_k, x.const_view()); });
       progress.update(i, prefix, "writing");
+      const auto writing_started = std::chrono::steady_clock::now();
       std::vector<owned_tensor> tensors;
       {
         const io::safetensors_tensor gate = checkpoint.tensor(names.gate);
@@ -1109,6 +1110,7 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
       interrupt_guard::check();
       writer.write_shard(entries, checkpoint.metadata());
       for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+      steps["writing"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count();
       const double parameters = matrices * static_cast<double>(F) * static_cast<double>(H);
       std::vector<index_t> sizes(static_cast<std::size_t>(E), 0);
       for (std::int64_t l : labels) ++sizes[static_cast<std::size_t>(l)];
@@ -1375,6 +1377,10 @@ int compress(const arguments& args, output_files& outputs) {
       const std::string layer_name = layer_prefix(names);
       const auto t0 = std::chrono::steady_clock::now();
       progress.update(i, layer_name, "loading");
+      json steps = json::object();
+      auto lap = [](std::chrono::steady_clock::time_point since) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+      };
       const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
       host_matrix<float> x(0, w.d_model);
       if (calibrated) {
@@ -1390,7 +1396,7 @@ int compress(const arguments& args, output_files& outputs) {
         x = t.to_matrix<float>();
         calibration->release(key);
       }
-      json steps = json::object();
+      steps["loading"] = lap(t0);
       const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
       new_layer c = compress_layer(ctx, s, m, w, x.const_view(), progress, i, layer_name, steps, expert_dtype);
       {
@@ -1403,8 +1409,11 @@ int compress(const arguments& args, output_files& outputs) {
           round_to_storage(c.correction_bias, checkpoint.info(names.correction_bias).dtype);
       }
       progress.update(i, layer_name, "error");
+      const auto error_started = std::chrono::steady_clock::now();
       const double error = layer_error(ctx, m, w, c, x.const_view());
+      steps["error"] = lap(error_started);
       progress.update(i, layer_name, "writing");
+      const auto writing_started = std::chrono::steady_clock::now();
       // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
       // expert; for resmoe also the router). With --restore-dense, the restored experts go to dense/ too.
       const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c);
@@ -1448,6 +1457,7 @@ int compress(const arguments& args, output_files& outputs) {
       if (dense_writer) dense_writer->write_shard(dense_entries, checkpoint.metadata());
       // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
       for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+      steps["writing"] = lap(writing_started);
       const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
                                 (w.gated ? 3.0 : 2.0);
       json record;

@@ -27,6 +27,7 @@ For each method and option set:
   layer's weights; each expert is 32 neurons in increasing original index; the router rows are numpy's centres
   of the experts' normalised gate rows (to bfloat16); the reported error is numpy's top-k forward, and with
   --top-k E it is 0 up to rounding; the FLOPs model is the closed form.
+* The checkpoint is the same bytes with and without the huge-page restart (MOECOMP_HUGEPAGES=0).
 * Without calibration tokens hc-smoe runs from weights and reports no error.
 * An interrupted run (SIGINT while layer 2 runs) and a run failing at layer 4 (calibration without
   layers.3.moe_input) leave no OUT_DIR and no temporary directory.
@@ -413,6 +414,18 @@ def main():
                     report["layers"][2]["expert_size"] == 128 and written["model.layers.2.mlp.moefy.router.weight"][1] == (8, 128)
                     and all((np.diff(e) > 0).all() for e in perm.reshape(8, 128)) and report["options"]["n_init"] == 2,
                     str(report["options"]))
+
+        # The tool runs itself again with glibc's huge-page tunable; with MOECOMP_HUGEPAGES=0 it does not. The
+        # checkpoint is the same bytes either way.
+        same = c.path("no-huge-pages")
+        for directory, env in ((out, {}), (same, {"MOECOMP_HUGEPAGES": "0"})):
+            shutil.rmtree(directory, ignore_errors=True)
+            subprocess.run([tool, "compress", "-o", directory, "--method", "cka-merge", "--quiet"],
+                           env={**os.environ, **env}, capture_output=True)
+        shards = sorted(f for f in os.listdir(out) if f.endswith(".safetensors")) if os.path.isdir(out) else []
+        c.check("with and without huge pages: the same checkpoint bytes", bool(shards) and os.path.isdir(same) and all(
+            open(os.path.join(out, f), "rb").read() == open(os.path.join(same, f), "rb").read() for f in shards),
+            f"{len(shards)} shards")
 
         # Without calibration tokens: hc-smoe from weights, no error reported.
         bare = c.path("bare-model")
