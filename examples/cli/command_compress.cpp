@@ -824,6 +824,37 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+/// The model directory's other files (tokenizer, generation config), copied unchanged into `dir`.
+void copy_other_files(const std::string& model_dir, const std::string& dir) {
+  for (const auto& entry : fs::directory_iterator(model_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
+        name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
+      continue;
+    fs::copy_file(entry.path(), fs::path(dir) / name);
+  }
+}
+
+/// Writes `config` as `dir`/config.json.
+void write_config(const std::string& dir, const json& config) {
+  std::ofstream f(fs::path(dir) / "config.json");
+  f << config.dump(2) << "\n";
+  if (!f) throw moecomp::io_error("compress: cannot write config.json into '" + dir + "'");
+}
+
+/// The report's totals: bytes before and after, bits per weight over the original parameters, the run's
+/// seconds and the peak resident set.
+json report_totals(double bytes_before, double bytes_after, double parameters_before,
+                   std::chrono::steady_clock::time_point started) {
+  json totals;
+  totals["bytes_before"] = bytes_before;
+  totals["bytes_after"] = bytes_after;
+  totals["bits_per_weight"] = parameters_before > 0 ? 8.0 * bytes_after / parameters_before : 0.0;
+  totals["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  totals["peak_rss_bytes"] = peak_rss_bytes();
+  return totals;
+}
+
 /// Writes the report into the staging directory (and to --report), commits OUT_DIR, and prints the report as
 /// one JSON line (--json), or `table` and the paths written.
 template <class Table>
@@ -1158,18 +1189,8 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
     record["layers"] = prefixes;
     record["version"] = MOECOMP_VERSION_STRING;
     config["moecomp_moefy"] = record;
-    {
-      std::ofstream f(fs::path(staging) / "config.json");
-      f << config.dump(2) << "\n";
-      if (!f) throw io_error("compress: cannot write config.json into '" + staging + "'");
-    }
-    for (const auto& entry : fs::directory_iterator(model_dir)) {
-      const std::string name = entry.path().filename().string();
-      if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
-          name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
-        continue;
-      fs::copy_file(entry.path(), fs::path(staging) / name);
-    }
+    write_config(staging, config);
+    copy_other_files(model_dir, staging);
     progress.finish();
   } catch (const interrupted& i) {
     progress.finish();
@@ -1177,12 +1198,7 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
     return 128 + i.signal_number;
   }
   report["layers"] = layers;
-  json totals;
-  totals["bytes_before"] = bytes_before;
-  totals["bytes_after"] = bytes_after;
-  totals["bits_per_weight"] = parameters_before > 0 ? 8.0 * bytes_after / parameters_before : 0.0;
-  totals["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  totals["peak_rss_bytes"] = peak_rss_bytes();
+  const json totals = report_totals(bytes_before, bytes_after, parameters_before, started);
   report["totals"] = totals;
   return finish_report(args, outputs, staging, report, [&] {
     std::printf("moecomp compress: moefy, %s (%s), %lld dense FFNs of %lld neurons -> %lld experts of %lld, top-%lld "
@@ -1511,29 +1527,14 @@ int compress(const arguments& args, output_files& outputs) {
       record["layers"] = prefixes;
     }
     config["moecomp_compression"] = record;
-    const auto write_config = [&](const std::string& dir, const json& c) {
-      std::ofstream f(fs::path(dir) / "config.json");
-      f << c.dump(2) << "\n";
-      if (!f) throw io_error("compress: cannot write config.json into '" + dir + "'");
-    };
     write_config(staging, config);
-    // The model directory's other files (tokenizer, generation config) come along, unchanged.
-    const auto copy_other_files = [&](const std::string& dir) {
-      for (const auto& entry : fs::directory_iterator(model_dir)) {
-        const std::string name = entry.path().filename().string();
-        if (!entry.is_regular_file() || name == "config.json" || entry.path().extension() == ".safetensors" ||
-            name == "model.safetensors.index.json" || name.rfind('.', 0) == 0)
-          continue;
-        fs::copy_file(entry.path(), fs::path(dir) / name);
-      }
-    };
-    copy_other_files(staging);
+    copy_other_files(model_dir, staging);
     if (dense_writer) {  // an ordinary checkpoint of the restored experts: the input's config, and a record
       json dense_config = json::parse(config_text);
       dense_config["moecomp_compression"] = record;
       dense_config["moecomp_compression"]["restored_dense"] = true;
       write_config(dense_dir, dense_config);
-      copy_other_files(dense_dir);
+      copy_other_files(model_dir, dense_dir);
     }
     progress.finish();
   } catch (const interrupted& i) {
@@ -1543,12 +1544,7 @@ int compress(const arguments& args, output_files& outputs) {
   }
 
   report["layers"] = layers;
-  json totals;
-  totals["bytes_before"] = bytes_before;
-  totals["bytes_after"] = bytes_after;
-  totals["bits_per_weight"] = parameters_before > 0 ? 8.0 * bytes_after / parameters_before : 0.0;
-  totals["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  totals["peak_rss_bytes"] = peak_rss_bytes();
+  const json totals = report_totals(bytes_before, bytes_after, parameters_before, started);
   report["totals"] = totals;
   return finish_report(args, outputs, staging, report, [&] {
     std::printf("moecomp compress: %s, %s (%s), %lld MoE layers, %lld -> %lld experts per layer\n", method_name(s.how),
