@@ -15,6 +15,7 @@
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/linkage.hpp>
 #include <moecomp/cluster/moefication.hpp>
+#include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
 #include <moecomp/io/residual_file.hpp>
 #include <moecomp/io/safetensors.hpp>
@@ -49,6 +50,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace moecomp_cli {
 
@@ -293,6 +295,81 @@ json groups_json(const std::vector<std::int64_t>& labels) {
     groups.push_back(members);
   }
   return groups;
+}
+
+/// The Euclidean distances between the experts' flattened weights (W1, W2, W3 of each expert, as
+/// moe::vectorized_weights lays them out), condensed in scipy's pdist order, computed from the contiguous
+/// stacks directly: no E x 3IH feature matrix and no prepared copy of it (at Mixtral's shape, 5.6 GB each).
+/// Chunks of 2^14 entries are read once for all pairs; each chunk's per-pair sums of squares (double) are
+/// added in chunk order, so the result is the same at any thread count.
+std::vector<double> weight_distances(const moecomp::host_context& ctx, const moecomp::moe::ffn_expert_stack_view<float>& stack) {
+  using moecomp::index_t;
+  const index_t E = stack.experts(), pairs = E * (E - 1) / 2;
+  struct piece {
+    const float* data;
+    index_t size;  // entries per expert
+  };
+  std::vector<piece> pieces;
+  for (const auto* v : {&stack.w1, &stack.w2, &stack.w3})
+    if (!v->empty()) {
+      if (!v->is_contiguous()) throw std::logic_error("weight_distances: the expert stacks must be contiguous");
+      pieces.push_back({v->data(), v->rows() * v->cols()});
+    }
+  constexpr index_t chunk = index_t{1} << 14;
+  std::vector<index_t> first_chunk{0};  // chunk numbers where each piece starts
+  for (const piece& p : pieces) first_chunk.push_back(first_chunk.back() + (p.size + chunk - 1) / chunk);
+  const index_t chunks = first_chunk.back();
+  std::vector<double> partial(static_cast<std::size_t>(chunks * pairs));
+  moecomp::detail::parallel_for(chunks, ctx.threads(), [&](index_t c, int) {
+    std::size_t k = 0;
+    while (c >= first_chunk[k + 1]) ++k;
+    const piece& p = pieces[k];
+    const index_t begin = (c - first_chunk[k]) * chunk, end = std::min(p.size, begin + chunk);
+    double* out = partial.data() + c * pairs;
+    index_t pair = 0;
+    for (index_t a = 0; a < E; ++a)
+      for (index_t b = a + 1; b < E; ++b, ++pair) {
+        const float* x = p.data + a * p.size;
+        const float* y = p.data + b * p.size;
+        double sum = 0;
+        for (index_t j = begin; j < end; ++j) {
+          const double diff = static_cast<double>(x[j]) - static_cast<double>(y[j]);
+          sum += diff * diff;
+        }
+        out[pair] = sum;
+      }
+  });
+  std::vector<double> distances(static_cast<std::size_t>(pairs), 0.0);
+  for (index_t c = 0; c < chunks; ++c)
+    for (index_t pair = 0; pair < pairs; ++pair) distances[static_cast<std::size_t>(pair)] += partial[static_cast<std::size_t>(c * pairs + pair)];
+  for (double& d : distances) d = std::sqrt(d);
+  return distances;
+}
+
+/// HC-SMoE's representative of each group from the condensed distances: the member nearest the group's mean
+/// feature, which is the member with the least sum of squared distances to the group's members
+/// (||f_i - mean||^2 = (1/|G|) sum_j ||f_i - f_j||^2 - a constant of the group); ties to the lower index.
+std::vector<std::int64_t> representatives_from_distances(const std::vector<double>& condensed,
+                                                         const std::vector<std::int64_t>& labels, index_t groups) {
+  const auto E = static_cast<index_t>(labels.size());
+  auto distance = [&](index_t a, index_t b) {
+    if (a == b) return 0.0;
+    if (a > b) std::swap(a, b);
+    return condensed[static_cast<std::size_t>(E * a - a * (a + 1) / 2 + (b - a - 1))];
+  };
+  std::vector<std::int64_t> best(static_cast<std::size_t>(groups), -1);
+  std::vector<double> best_sum(static_cast<std::size_t>(groups), 0.0);
+  for (index_t i = 0; i < E; ++i) {
+    const auto g = static_cast<std::size_t>(labels[static_cast<std::size_t>(i)]);
+    double sum = 0;
+    for (index_t j = 0; j < E; ++j)
+      if (labels[static_cast<std::size_t>(j)] == labels[static_cast<std::size_t>(i)]) sum += distance(i, j) * distance(i, j);
+    if (best[g] < 0 || sum < best_sum[g]) {
+      best[g] = i;
+      best_sum[g] = sum;
+    }
+  }
+  return best;
 }
 
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
@@ -555,6 +632,7 @@ new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, co
 
   if (s.how == method::hc_smoe) {
     host_matrix<float> features;
+    std::vector<double> weight_condensed;  // --features weights: the condensed distances instead
     timed("features", [&] {
       if (s.features == "outputs") {
         features = host_matrix<float>(E, H);
@@ -565,15 +643,18 @@ new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, co
         features = host_matrix<float>(E, x.rows());
         for (index_t t = 0; t < x.rows(); ++t)
           for (index_t e = 0; e < E; ++e) features(e, t) = logits(t, e);
-      } else {
-        features = host_matrix<float>(E, moe::vectorized_weights_size(w.experts_view()));
-        moe::vectorized_weights<float>(w.experts_view(), features.view());
+      } else {  // the distances straight from the stacks (the features would be E x 3IH floats, twice)
+        weight_condensed = weight_distances(ctx, w.experts_view());
       }
     });
     timed("clustering", [&] {
       cluster::linkage_params lp;
       lp.method = s.linkage;
-      const host_matrix<double> z = cluster::linkage(ctx, lp, features.const_view());
+      const host_matrix<double> z =
+          s.features == "weights"
+              ? cluster::linkage_condensed(ctx, lp, vector_view<const double>(weight_condensed.data(),
+                                                                              static_cast<index_t>(weight_condensed.size())))
+              : cluster::linkage(ctx, lp, features.const_view());
       cluster::fcluster_params fp;
       fp.criterion = cluster::fcluster_criterion::maxclust;
       fp.max_clusters = N;
@@ -582,10 +663,15 @@ new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, co
       cluster::relabel_by_first_appearance(ctx, make_vector_view<const std::int64_t>(raw.data(), E),
                                            make_vector_view(labels.data(), E));
       // HC-SMoE's representative: the member nearest its group's mean feature.
-      std::vector<index_t> representatives(static_cast<std::size_t>(N));
-      cluster::group_representatives(ctx, features.const_view(), make_vector_view<const std::int64_t>(labels.data(), E),
-                                     make_vector_view(representatives.data(), N));
-      dominants.assign(representatives.begin(), representatives.end());
+      if (s.features == "weights") {
+        const std::vector<std::int64_t> representatives = representatives_from_distances(weight_condensed, labels, N);
+        dominants.assign(representatives.begin(), representatives.end());
+      } else {
+        std::vector<index_t> representatives(static_cast<std::size_t>(N));
+        cluster::group_representatives(ctx, features.const_view(), make_vector_view<const std::int64_t>(labels.data(), E),
+                                       make_vector_view(representatives.data(), N));
+        dominants.assign(representatives.begin(), representatives.end());
+      }
     });
     params.method = s.merge;
     params.router = merge::router_rule::id_map;
@@ -602,15 +688,15 @@ new_layer compress_layer(const moecomp::host_context& ctx, const settings& s, co
         similarity::cka_matrix<float>(ctx, cp, split_rows(outputs.const_view(), E), cka.view());
         for (index_t a = 0; a < E; ++a)
           for (index_t b = 0; b < E; ++b) distances(a, b) = a == b ? 0.0 : 1.0 - cka(a, b);
-      } else {
-        host_matrix<float> features;
-        if (s.similarity == "weights") {
-          features = host_matrix<float>(E, moe::vectorized_weights_size(w.experts_view()));
-          moe::vectorized_weights<float>(w.experts_view(), features.view());
-        } else {
-          features = host_matrix<float>(E, H * H);
-          moe::surrogate_weights<float>(ctx, w.experts_view(), features.view());
+      } else if (s.similarity == "weights") {  // from the stacks, without the E x 3IH features
+        const std::vector<double> condensed = weight_distances(ctx, w.experts_view());
+        for (index_t a = 0, pair = 0; a < E; ++a) {
+          distances(a, a) = 0;
+          for (index_t b = a + 1; b < E; ++b, ++pair) distances(a, b) = distances(b, a) = condensed[static_cast<std::size_t>(pair)];
         }
+      } else {
+        host_matrix<float> features(E, H * H);
+        moe::surrogate_weights<float>(ctx, w.experts_view(), features.view());
         host_matrix<float> d(E, E);
         distance::pairwise_distance_params dp;
         distance::pairwise_distances(ctx, dp, features.const_view(), d.view());

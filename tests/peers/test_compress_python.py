@@ -435,6 +435,38 @@ def main():
             c.check("hc-smoe without calibration: weights features, average merge, no errors",
                     report["options"]["features"] == "weights" and report["options"]["merge"] == "average" and
                     all(l["output_relative_error"] is None for l in report["layers"]), str(report["options"]))
+            # The groups and representatives against scipy: average linkage of the Euclidean distances between
+            # the flattened weights, cut into 4, numbered by first appearance; each group's member nearest its
+            # mean (moecomp computes the distances from the stacks, without the flattened features).
+            (hierarchy,) = require("scipy.cluster.hierarchy")
+            bad = []
+            for i, layer in enumerate(report["layers"]):
+                flat = np.stack([np.concatenate([m.ravel() for m in (w1, w2, w3)])
+                                 for w1, w3, w2 in experts_of(c.original, i, 8)])
+                raw = hierarchy.fcluster(hierarchy.linkage(flat, "average"), 4, "maxclust")
+                order = {v: k for k, v in enumerate(dict.fromkeys(raw))}
+                groups = [[e for e in range(8) if order[raw[e]] == g] for g in range(len(order))]
+                dominants = [min(g, key=lambda e: (np.linalg.norm(flat[e] - flat[g].mean(axis=0)), e)) for g in groups]
+                if groups != layer["groups"] or dominants != layer["dominants"]:
+                    bad.append((i, groups, layer["groups"], dominants, layer["dominants"]))
+            c.check("hc-smoe on weights: groups and representatives are scipy's and numpy's", not bad, str(bad[:1]))
+        # cka-merge on weight distances: the groups are `moecomp partition` on numpy's distance matrix.
+        report = c.compress("cka-merge --similarity weights", out, "--method", "cka-merge", "--similarity", "weights")
+        if report:
+            bad = []
+            for i, layer in enumerate(report["layers"]):
+                flat = np.stack([np.concatenate([m.ravel() for m in (w1, w2, w3)])
+                                 for w1, w3, w2 in experts_of(c.original, i, 8)])
+                d = np.sqrt(((flat[:, None, :] - flat[None, :, :]) ** 2).sum(axis=2))
+                path, labels_path = c.path("d.npy"), c.path("labels.npy")
+                np.save(path, d)
+                r = c.run("partition", path, "--groups", "4", "-o", labels_path)
+                labels = np.load(labels_path) if r.returncode == 0 else np.zeros(8)
+                groups = [[e for e in range(8) if labels[e] == g] for g in range(4)]
+                if groups != layer["groups"]:
+                    bad.append((i, groups, layer["groups"]))
+            c.check("cka-merge --similarity weights: the groups are moecomp partition's on numpy's distances", not bad,
+                    str(bad[:1]))
 
         # Interrupted: SIGINT while layer 2 runs (the --progress lines say where it is).
         if os.path.exists(out):
