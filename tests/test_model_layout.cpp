@@ -217,6 +217,21 @@ TEST_CASE("layouts: a dense Mistral or Llama checkpoint, each layer's FFN loaded
     CHECK(contains(moecomp_test::thrown_message([&] { (void)model::load_dense_ffn<float>(c, m, 3); }),
                    "load_dense_ffn: index must be in [0, 3), got 3"));
   }
+  // The kind of each model type, as compress and inspect ask it before describing.
+  using model::model_kind;
+  std::string type;
+  CHECK(model::kind_of_model(repository_layouts(), R"({"model_type": "llama"})", &type) == model_kind::dense);
+  CHECK(type == "llama");
+  CHECK(model::kind_of_model(repository_layouts(), R"({"model_type": "mixtral"})") == model_kind::moe);
+  CHECK(model::kind_of_model(repository_layouts(), R"({"model_type": "gpt2"})", &type) == model_kind::none);
+  CHECK(type == "gpt2");
+  CHECK(model::kind_of_model(repository_layouts(), R"({"model_type": 3})", &type) == model_kind::none);
+  CHECK(type.empty());
+  CHECK(model::kind_of_model(repository_layouts(), "{") == model_kind::none);
+  // A type that both kinds list is MoE.
+  auto both = repository_layouts();
+  both.front().model_types.push_back("mistral");  // deepseek.json, an MoE layout
+  CHECK(model::kind_of_model(both, R"({"model_type": "mistral"})") == model_kind::moe);
   // Each describe function refuses the other kind of model, and says which to use.
   auto dense_error = [&](const std::string& config) {
     write_file(dir.file("config.json"), config);

@@ -17,6 +17,7 @@
 #include <moecomp/cluster/moefication.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/gating/routing.hpp>
 #include <moecomp/io/residual_file.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/merge/merge.hpp>
@@ -354,8 +355,7 @@ std::vector<std::int64_t> representatives_from_distances(const std::vector<doubl
   const auto E = static_cast<index_t>(labels.size());
   auto distance = [&](index_t a, index_t b) {
     if (a == b) return 0.0;
-    if (a > b) std::swap(a, b);
-    return condensed[static_cast<std::size_t>(E * a - a * (a + 1) / 2 + (b - a - 1))];
+    return condensed[static_cast<std::size_t>(moecomp::distance::condensed_index(E, std::min(a, b), std::max(a, b)))];
   };
   std::vector<std::int64_t> best(static_cast<std::size_t>(groups), -1);
   std::vector<double> best_sum(static_cast<std::size_t>(groups), 0.0);
@@ -910,6 +910,36 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+/// --calibration FILE, else MODEL_DIR/calibration.safetensors when it exists, else "" (none).
+std::string calibration_file(const arguments& args, const std::string& model_dir) {
+  std::error_code ec;
+  if (const auto c = args.value("--calibration")) return *c;
+  const std::string fallback = (fs::path(model_dir) / "calibration.safetensors").string();
+  return fs::is_regular_file(fallback, ec) ? fallback : std::string();
+}
+
+/// The calibration file `path`, read; usage_error when it is not a file.
+moecomp::io::safetensors_file open_calibration(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw usage_error("option --calibration: no file '" + path + "'");
+  return moecomp::io::read_safetensors(path);
+}
+
+/// The calibration tokens `key` of `file` (read from `path`): T x hidden, T >= 1, as float; usage_error naming
+/// the file, the tensor and `layer` otherwise. The tensor's pages leave the resident set after.
+moecomp::host_matrix<float> calibration_tokens(const moecomp::io::safetensors_file& file, const std::string& path,
+                                               const std::string& key, index_t hidden, const std::string& layer) {
+  if (!file.contains(key))
+    throw usage_error("option --calibration: '" + path + "' has no tensor '" + key + "' for " + layer);
+  const moecomp::io::safetensors_tensor t = file.tensor(key);
+  if (t.shape().size() != 2 || t.shape()[1] != hidden || t.shape()[0] < 1)
+    throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(hidden) +
+                      " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
+  moecomp::host_matrix<float> x = t.to_matrix<float>();
+  file.release(key);
+  return x;
+}
+
 /// The model directory's other files (tokenizer, generation config), copied unchanged into `dir`.
 void copy_other_files(const std::string& model_dir, const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(model_dir)) {
@@ -1013,15 +1043,17 @@ double moefy_error(const moecomp::host_context& ctx, const moecomp::moe::ffn_par
   host_matrix<float> y(T, H), z(T, H), scores(T, E);
   moe::ffn_forward<float>(ctx, params, dense, x, y.view());
   moe::router_logits<float>(ctx, x, router, vector_view<const float>(), scores.view());
+  // Each token's top_k experts by raw score, ties to the lower index: moecomp's top-k rule.
+  gating::routing_params routing;
+  routing.rule = gating::routing_rule::top_k;
+  routing.scores = gating::score_function::none;
+  routing.top_k = top_k;
+  host_matrix<std::int64_t> ids(T, top_k);
+  host_matrix<float> weights(T, top_k);
+  gating::route_fixed<float>(ctx, routing, scores.const_view(), vector_view<const float>(), ids.view(), weights.view());
   std::vector<std::vector<index_t>> tokens(static_cast<std::size_t>(E));
-  std::vector<index_t> order(static_cast<std::size_t>(E));
-  for (index_t t = 0; t < T; ++t) {
-    std::iota(order.begin(), order.end(), index_t{0});
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](index_t a, index_t b) {
-      return scores(t, a) > scores(t, b) || (scores(t, a) == scores(t, b) && a < b);
-    });
-    for (index_t k = 0; k < top_k; ++k) tokens[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])].push_back(t);
-  }
+  for (index_t t = 0; t < T; ++t)
+    for (index_t k = 0; k < top_k; ++k) tokens[static_cast<std::size_t>(ids(t, k))].push_back(t);
   for (index_t t = 0; t < T; ++t)
     for (index_t k = 0; k < H; ++k) z(t, k) = 0;
   for (index_t e = 0; e < E; ++e) {
@@ -1088,16 +1120,9 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
   if (params.max_iterations < 1)
     throw usage_error("option --max-iter: expected at least 1, got " + std::to_string(params.max_iterations));
   params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
-  std::error_code ec;
-  std::string calibration_path;
-  const std::string calibration_default = (fs::path(model_dir) / "calibration.safetensors").string();
-  if (const auto c = args.value("--calibration")) calibration_path = *c;
-  else if (fs::is_regular_file(calibration_default, ec)) calibration_path = calibration_default;
+  const std::string calibration_path = calibration_file(args, model_dir);
   std::optional<io::safetensors_file> calibration;
-  if (!calibration_path.empty()) {
-    if (!fs::is_regular_file(calibration_path, ec)) throw usage_error("option --calibration: no file '" + calibration_path + "'");
-    calibration.emplace(io::read_safetensors(calibration_path));
-  }
+  if (!calibration_path.empty()) calibration.emplace(open_calibration(calibration_path));
   for (const model::dense_layer_names& n : m.layers)
     for (const std::string& name : n.tensor_names()) require_float_dtype(checkpoint.info(name).dtype, name);
   const host_context ctx = make_context(args);
@@ -1156,16 +1181,9 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
       host_matrix<float> x(0, H);
       timed("loading", [&] {
         w.emplace(model::load_dense_ffn<float>(checkpoint, m, i));
-        if (!calibration) return;
-        const std::string key = "layers." + std::to_string(names.layer) + ".moe_input";
-        if (!calibration->contains(key))
-          throw usage_error("option --calibration: '" + calibration_path + "' has no tensor '" + key + "' for layer " + prefix);
-        const io::safetensors_tensor t = calibration->tensor(key);
-        if (t.shape().size() != 2 || t.shape()[1] != H || t.shape()[0] < 1)
-          throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(H) +
-                            " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
-        x = t.to_matrix<float>();
-        calibration->release(key);
+        if (calibration)
+          x = calibration_tokens(*calibration, calibration_path, "layers." + std::to_string(names.layer) + ".moe_input",
+                                 H, "layer " + prefix);
       });
       const moe::ffn_expert_view<float> dense = w->view();
       std::vector<float> e1(static_cast<std::size_t>(F * H)), e3(m.gated ? e1.size() : 0), e2(e1.size());
@@ -1333,19 +1351,12 @@ int compress(const arguments& args, output_files& outputs) {
   const std::string config_text = model::read_text_file(config_path);
   const io::safetensors_checkpoint checkpoint = io::open_safetensors_checkpoint(model_dir);
   // A method of the other kind: said in the tool's words before the library's checks.
-  const bool dense_model = model::is_dense_model(layouts, config_text);
-  const json config_json = json::parse(config_text, nullptr, false);
-  const std::string model_type = config_json.is_object() && config_json.contains("model_type") &&
-                                         config_json["model_type"].is_string()
-                                     ? config_json["model_type"].get<std::string>()
-                                     : std::string();
-  if (s.how == method::moefy && !dense_model &&
-      std::any_of(layouts.begin(), layouts.end(), [&](const model::checkpoint_layout& l) {
-        return !l.dense() && std::find(l.model_types.begin(), l.model_types.end(), model_type) != l.model_types.end();
-      }))
+  std::string model_type;
+  const model::model_kind kind = model::kind_of_model(layouts, config_text, &model_type);
+  if (s.how == method::moefy && kind == model::model_kind::moe)
     throw usage_error("compress: --method moefy splits dense checkpoints, and '" + model_dir + "' is an MoE model (model_type '" +
                       model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
-  if (s.how != method::moefy && dense_model)
+  if (s.how != method::moefy && kind == model::model_kind::dense)
     throw usage_error("compress: --method " + std::string(method_name(s.how)) + " compresses MoE checkpoints, and '" +
                       model_dir + "' is a dense model (model_type '" + model_type +
                       "'): --method moefy splits its FFNs into experts");
@@ -1371,9 +1382,7 @@ int compress(const arguments& args, output_files& outputs) {
                       std::to_string(s.experts) + " experts, fewer than the model's top-k (" + std::to_string(m.top_k) +
                       ")");
   s.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
-  const std::string calibration_default = (fs::path(model_dir) / "calibration.safetensors").string();
-  if (const auto c = args.value("--calibration")) s.calibration = *c;
-  else if (fs::is_regular_file(calibration_default, ec)) s.calibration = calibration_default;
+  s.calibration = calibration_file(args, model_dir);
   const bool calibrated = !s.calibration.empty();
   if (s.how == method::hc_smoe) {
     s.features = choose(args, "--features", {"outputs", "router-logits", "weights"}, calibrated ? "outputs" : "weights");
@@ -1426,10 +1435,7 @@ int compress(const arguments& args, output_files& outputs) {
     throw usage_error("compress: " + needs + " needs calibration tokens (--calibration FILE with layers.{i}.moe_input); '" +
                       model_dir + "' has no calibration.safetensors");
   std::optional<io::safetensors_file> calibration;
-  if (calibrated) {
-    if (!fs::is_regular_file(s.calibration, ec)) throw usage_error("option --calibration: no file '" + s.calibration + "'");
-    calibration.emplace(io::read_safetensors(s.calibration));
-  }
+  if (calibrated) calibration.emplace(open_calibration(s.calibration));
   const host_context ctx = make_context(args);
 
   // The output directory's contents go to the temporary directory that commit() renames.
@@ -1485,19 +1491,11 @@ int compress(const arguments& args, output_files& outputs) {
       };
       const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
       host_matrix<float> x(0, w.d_model);
-      if (calibrated) {
-        const std::string key = (m.layers.front().stack == names.stack ? "" : names.stack + ".") + "layers." +
-                                std::to_string(names.layer) + ".moe_input";
-        if (!calibration->contains(key))
-          throw usage_error("option --calibration: '" + s.calibration + "' has no tensor '" + key + "' for MoE layer " +
-                            layer_name);
-        const io::safetensors_tensor t = calibration->tensor(key);
-        if (t.shape().size() != 2 || t.shape()[1] != w.d_model || t.shape()[0] < 1)
-          throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(w.d_model) +
-                            " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
-        x = t.to_matrix<float>();
-        calibration->release(key);
-      }
+      if (calibrated)
+        x = calibration_tokens(*calibration, s.calibration,
+                               (m.layers.front().stack == names.stack ? "" : names.stack + ".") + "layers." +
+                                   std::to_string(names.layer) + ".moe_input",
+                               w.d_model, "MoE layer " + layer_name);
       steps["loading"] = lap(t0);
       const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
       new_layer c = compress_layer(ctx, s, m, w, x.const_view(), progress, i, layer_name, steps, expert_dtype);

@@ -71,7 +71,7 @@ int inspect(const arguments& args, output_files& outputs) {
   std::optional<model::dense_model> dense;  // a dense family's checkpoint (what compress --method moefy splits)
   if (fs::exists(config, ec)) {
     const std::string config_text = model::read_text_file(config.string());
-    if (model::is_dense_model(layouts, config_text))
+    if (model::kind_of_model(layouts, config_text) == model::model_kind::dense)
       dense = model::describe_dense_model(layouts, config_text, checkpoint, config.string());
     else
       described = model::describe_moe_model(layouts, config_text, checkpoint, config.string());

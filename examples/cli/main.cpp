@@ -55,12 +55,13 @@ void restart_with_huge_pages(char** argv) {
   const char* opt_out = std::getenv("MOECOMP_HUGEPAGES");
   if (opt_out != nullptr && std::strcmp(opt_out, "0") == 0) return;
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  const std::string current = tunables != nullptr ? tunables : "";
+  const bool had_tunables = tunables != nullptr;
+  const std::string current = had_tunables ? tunables : "";  // a copy: setenv may free getenv's string
   if (current.find("glibc.malloc.hugetlb") != std::string::npos) return;
   const std::string wanted = (current.empty() ? "" : current + ":") + "glibc.malloc.hugetlb=1";
   if (::setenv("GLIBC_TUNABLES", wanted.c_str(), 1) != 0) return;
   ::execv("/proc/self/exe", argv);  // returns only on failure: then go on as we are
-  if (tunables != nullptr) ::setenv("GLIBC_TUNABLES", tunables, 1);
+  if (had_tunables) ::setenv("GLIBC_TUNABLES", current.c_str(), 1);
   else ::unsetenv("GLIBC_TUNABLES");
 #else
   (void)argv;

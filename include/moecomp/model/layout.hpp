@@ -177,6 +177,15 @@ class config_reader {
   const char* function_;
 };
 
+/// config.json's "model_type" (the key that picks the layout); io_error naming `function` without it.
+inline std::string config_model_type(const nlohmann::json& config, const char* function, const std::string& source) {
+  const auto type = config.find("model_type");
+  if (type == config.end() || !type->is_string())
+    MOECOMP_FAIL(error_kind::io_error, function, ": config '", source,
+                 "' lacks the string \"model_type\" that picks the checkpoint layout");
+  return type->get<std::string>();
+}
+
 /// "a, b, c": the distinct strings of `items`, sorted.
 inline std::string sorted_list(std::vector<std::string> items) {
   std::sort(items.begin(), items.end());
@@ -356,11 +365,7 @@ inline moe_model describe_moe_model(const std::vector<checkpoint_layout>& layout
                                     const io::safetensors_checkpoint& checkpoint,
                                     const std::string& config_source = "config.json") {
   const nlohmann::json config = detail::parse_json_text(config_text, "config", config_source);
-  const auto type = config.find("model_type");
-  if (type == config.end() || !type->is_string())
-    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source,
-                 "' lacks the string \"model_type\" that picks the checkpoint layout");
-  const std::string model_type = type->get<std::string>();
+  const std::string model_type = detail::config_model_type(config, "describe_moe_model", config_source);
   std::vector<std::string> known;
   std::string missing;
   const checkpoint_layout* dense_family = nullptr;
@@ -389,19 +394,25 @@ inline moe_model describe_moe_model(const std::vector<checkpoint_layout>& layout
                "); adding a family means adding a layouts/*.json file");
 }
 
-/// Whether config.json's model_type belongs to a dense family (a layout with "dense_ffn") and to no MoE
-/// family: the models describe_dense_model reads. False for a config that is not JSON or has no model_type.
-inline bool is_dense_model(const std::vector<checkpoint_layout>& layouts, const std::string& config_text) {
+/// The kind of family a config.json's model_type belongs to.
+enum class model_kind { none, moe, dense };
+
+/// Which layouts list config.json's model_type: an MoE layout (moe), else only dense ones (dense, the models
+/// describe_dense_model reads), else none, also for a config that is not JSON or has no string model_type.
+/// `model_type`, if given, receives the type ("" when there is none).
+inline model_kind kind_of_model(const std::vector<checkpoint_layout>& layouts, const std::string& config_text,
+                                std::string* model_type = nullptr) {
   const nlohmann::json config = nlohmann::json::parse(config_text.begin(), config_text.end(), nullptr, false);
-  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string()) return false;
-  const std::string model_type = config["model_type"].get<std::string>();
-  bool dense = false;
+  const bool typed = config.is_object() && config.contains("model_type") && config["model_type"].is_string();
+  const std::string type = typed ? config["model_type"].get<std::string>() : std::string();
+  if (model_type != nullptr) *model_type = type;
+  model_kind kind = model_kind::none;
   for (const checkpoint_layout& layout : layouts)
-    if (std::find(layout.model_types.begin(), layout.model_types.end(), model_type) != layout.model_types.end()) {
-      if (!layout.dense()) return false;
-      dense = true;
+    if (typed && std::find(layout.model_types.begin(), layout.model_types.end(), type) != layout.model_types.end()) {
+      if (!layout.dense()) return model_kind::moe;
+      kind = model_kind::dense;
     }
-  return dense;
+  return kind;
 }
 
 /// Resolves a dense checkpoint (for the MoEfication split): the dense layout of config.json's model_type whose
@@ -412,11 +423,7 @@ inline dense_model describe_dense_model(const std::vector<checkpoint_layout>& la
                                         const std::string& config_source = "config.json") {
   constexpr const char* fn = "describe_dense_model";
   const nlohmann::json config = detail::parse_json_text(config_text, "config", config_source);
-  const auto type = config.find("model_type");
-  if (type == config.end() || !type->is_string())
-    MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source,
-                 "' lacks the string \"model_type\" that picks the checkpoint layout");
-  const std::string model_type = type->get<std::string>();
+  const std::string model_type = detail::config_model_type(config, fn, config_source);
   std::vector<std::string> known;
   std::string missing;
   const checkpoint_layout* moe_family = nullptr;
