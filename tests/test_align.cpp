@@ -1,8 +1,9 @@
 // Neuron alignment (<moecomp/align/align.hpp>): the design rows; planted permutations recovered exactly by each
 // objective (weights, inner, correlation), from float, double and bf16 storage, to one reference or for a whole
 // stack; permuting neurons keeps the expert's function; the reported costs against their definitions;
-// thread-count independence; the argument checks. The peer (numpy + scipy.optimize.linear_sum_assignment) is
-// tests/peers/test_align_scipy.py.
+// thread-count independence; the argument checks; pearson_correlation against its definition; the per-element
+// rules the device kernels share (align/detail/align_rules.hpp, core/detail/correlation_rules.hpp). The peer
+// (numpy + scipy.optimize.linear_sum_assignment) is tests/peers/test_align_scipy.py.
 #include <moecomp/align/align.hpp>
 #include <moecomp/moe/ffn.hpp>
 #include <moecomp/core/host_buffer.hpp>
@@ -271,6 +272,107 @@ TEST_CASE("align_activations: a constant neuron correlates 0 with everything (no
   CHECK(r.ok());
   CHECK(p == std::vector<index_t>{1, 0});
   CHECK(r.cost == doctest::Approx(1.0).epsilon(1e-14));
+}
+
+TEST_CASE("pearson_correlation: the correlation matrix of align_activations, against the definition") {
+  // 50 tokens; a's neurons: two random ones, one constant; b's: an affine copy of a's first, an independent one,
+  // a negated copy of a's second (a large offset: the centring runs in double), a constant one.
+  moecomp::random_generator rng(70);
+  constexpr index_t tokens = 50;
+  host_matrix<double> a(tokens, 3), b(tokens, 4);
+  for (index_t k = 0; k < tokens; ++k) {
+    a(k, 0) = rng.normal<double>();
+    a(k, 1) = rng.normal<double>();
+    a(k, 2) = -1.5;
+    b(k, 0) = 3 * a(k, 0) + 7;
+    b(k, 1) = rng.normal<double>();
+    b(k, 2) = 1e6 - a(k, 1);
+    b(k, 3) = 4;
+  }
+  // The definition: covariance over the product of the standard deviations, 0 when either is 0.
+  const auto corr = [&](const host_matrix<double>& x, index_t i, const host_matrix<double>& y, index_t j) {
+    double mx = 0, my = 0;
+    for (index_t k = 0; k < tokens; ++k) {
+      mx += x(k, i);
+      my += y(k, j);
+    }
+    mx /= tokens;
+    my /= tokens;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (index_t k = 0; k < tokens; ++k) {
+      sxy += (x(k, i) - mx) * (y(k, j) - my);
+      sxx += (x(k, i) - mx) * (x(k, i) - mx);
+      syy += (y(k, j) - my) * (y(k, j) - my);
+    }
+    return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
+  };
+  host_matrix<double> out(3, 4);
+  align::pearson_correlation<double>(host_context(2), a.view(), b.view(), out.view());
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 4; ++j) {
+      CAPTURE(i);
+      CAPTURE(j);
+      CHECK(out(i, j) == doctest::Approx(corr(a, i, b, j)).epsilon(1e-9).scale(1));
+    }
+  CHECK(out(0, 0) == doctest::Approx(1).epsilon(1e-12));
+  CHECK(out(1, 2) == doctest::Approx(-1).epsilon(1e-9));
+  for (index_t j = 0; j < 4; ++j) CHECK(out(2, j) == 0.0);  // constant neurons: exactly 0, never NaN
+  for (index_t i = 0; i < 3; ++i) CHECK(out(i, 3) == 0.0);
+  // align_activations reports the sum of these at its p.
+  std::vector<index_t> p(3);
+  const align::align_result r = align::align_activations<double>(host_context(1), a.view(), b.view(),
+                                                                 moecomp::make_vector_view(p.data(), 3));
+  double sum = 0;
+  for (index_t i = 0; i < 3; ++i) sum += out(i, p[static_cast<std::size_t>(i)]);
+  CHECK(p[0] == 0);
+  CHECK(p[1] != 2);  // maximising: the negated copy (-1) is the worst partner for a's second neuron
+  CHECK(r.cost == doctest::Approx(sum).epsilon(1e-12));
+  using moecomp_test::thrown_message;
+  host_matrix<double> small(2, 4), wrong(3, 3);
+  CHECK(thrown_message([&] { align::pearson_correlation<double>(host_context(1), a.view(), b.view(), wrong.view()); }) ==
+        "pearson_correlation: out must be 3 x 4 (a's neurons x b's neurons), got 3 x 3");
+  CHECK(thrown_message([&] { align::pearson_correlation<double>(host_context(1), a.view(), small.view(), out.view()); }) ==
+        "pearson_correlation: b must have a's 50 tokens (rows) and at least 1 neuron, got 2 x 4");
+  host_matrix<double> alias(tokens, 4);
+  CHECK(thrown_message([&] {
+          align::pearson_correlation<double>(host_context(1), alias.view(), b.view(),
+                                             moecomp::matrix_view<double>(alias.data(), 4, 4, 4));
+        }) == "pearson_correlation: out must not overlap a");
+}
+
+TEST_CASE("the per-element rules the device kernels share with the host") {
+  namespace ad = moecomp::align::detail;
+  namespace cd = moecomp::detail;
+  // Squared distance from norms and the cross term, clamped at 0 (rounding can make it negative).
+  CHECK(ad::clamped_squared_distance(25, 4, 3) == 23);
+  CHECK(ad::clamped_squared_distance(1, 1, 1 + 1e-15) == 0.0);
+  CHECK(ad::clamped_squared_distance(1, 1, 1.5) == 0.0);
+  CHECK(ad::clamped_squared_distance(NAN, 1, 0) == 0.0);  // as the host's std::max(0.0, v)
+  // The objective's terms: (a - b)^2 for weights, a b otherwise.
+  CHECK(ad::objective_term(3, 5, true) == 4);
+  CHECK(ad::objective_term(-3, 5, true) == 64);
+  CHECK(ad::objective_term(3, 5, false) == 15);
+  // The correlation's standardisation: deviations, the unit-norm scale (0 for a constant column), the value.
+  CHECK(cd::squared_deviation(7, 4) == 9);
+  CHECK(cd::squared_deviation(1, 4) == 9);
+  CHECK(cd::unit_norm_scale(16) == 0.25);
+  CHECK(cd::unit_norm_scale(0) == 0.0);
+  CHECK(cd::unit_norm_scale(-1e-300) == 0.0);
+  CHECK(cd::standardized_value(7, 4, 0.25) == 0.75);
+  CHECK(cd::standardized_value(4, 4, 0) == 0.0);
+  // Together they give unit-norm, zero-mean columns: x = {1, 2, 3, 6}, mean 3, centred squares 4 + 1 + 0 + 9.
+  const double x[] = {1, 2, 3, 6};
+  double squares = 0;
+  for (double v : x) squares += cd::squared_deviation(v, 3);
+  const double scale = cd::unit_norm_scale(squares);
+  double norm = 0, total = 0;
+  for (double v : x) {
+    const double z = cd::standardized_value(v, 3, scale);
+    norm += z * z;
+    total += z;
+  }
+  CHECK(norm == doctest::Approx(1).epsilon(1e-15));
+  CHECK(total == doctest::Approx(0).scale(1).epsilon(1e-15));
 }
 
 TEST_CASE("align_stack: every expert to one reference (the reference's row the identity)") {

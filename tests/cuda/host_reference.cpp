@@ -1,5 +1,6 @@
 #include "host_reference.hpp"
 
+#include <moecomp/align/align.hpp>
 #include <moecomp/cluster/kmeans.hpp>
 #include <moecomp/cluster/linkage.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
@@ -128,5 +129,31 @@ moecomp::similarity::cka_matrix_result host_cka_matrix(const moecomp::similarity
       const moecomp::similarity::cka_params&, moecomp::matrix_stack_view<const T>, moecomp::matrix_view<double>);
 MOECOMP_TEST_INSTANTIATE_CKA(float)
 MOECOMP_TEST_INSTANTIATE_CKA(double)
+
+template <class T>
+moecomp::align::align_result host_align_rows(const moecomp::align::align_params& params, moecomp::matrix_view<const T> a,
+                                             moecomp::matrix_view<const T> b, moecomp::vector_view<moecomp::index_t> p) {
+  return moecomp::align::align_rows<T>(moecomp::host_context(1), params, a, b, p);
+}
+template <class T>
+moecomp::align::align_result host_align_activations(moecomp::matrix_view<const T> a, moecomp::matrix_view<const T> b,
+                                                    moecomp::vector_view<moecomp::index_t> p) {
+  return moecomp::align::align_activations<T>(moecomp::host_context(1), a, b, p);
+}
+template <class T>
+void host_pearson_correlation(moecomp::matrix_view<const T> a, moecomp::matrix_view<const T> b,
+                              moecomp::matrix_view<T> out) {
+  moecomp::align::pearson_correlation<T>(moecomp::host_context(1), a, b, out);
+}
+#define MOECOMP_TEST_INSTANTIATE_ALIGN(T)                                                                        \
+  template moecomp::align::align_result host_align_rows<T>(const moecomp::align::align_params&,                 \
+                                                           moecomp::matrix_view<const T>, moecomp::matrix_view<const T>, \
+                                                           moecomp::vector_view<moecomp::index_t>);            \
+  template moecomp::align::align_result host_align_activations<T>(                                              \
+      moecomp::matrix_view<const T>, moecomp::matrix_view<const T>, moecomp::vector_view<moecomp::index_t>);    \
+  template void host_pearson_correlation<T>(moecomp::matrix_view<const T>, moecomp::matrix_view<const T>,       \
+                                            moecomp::matrix_view<T>);
+MOECOMP_TEST_INSTANTIATE_ALIGN(float)
+MOECOMP_TEST_INSTANTIATE_ALIGN(double)
 
 }  // namespace moecomp_test

@@ -5,6 +5,7 @@
 #include <moecomp/core/views.hpp>
 
 #include <cstdint>
+#include <moecomp/align/align_types.hpp>
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/distance/distance_types.hpp>
@@ -65,5 +66,16 @@ template <class T>
 moecomp::similarity::cka_matrix_result host_cka_matrix(const moecomp::similarity::cka_params& params,
                                                        moecomp::matrix_stack_view<const T> features,
                                                        moecomp::matrix_view<double> out);
+
+/// The host's neuron alignment (one thread): align_rows, align_activations and their correlation matrix.
+template <class T>
+moecomp::align::align_result host_align_rows(const moecomp::align::align_params& params, moecomp::matrix_view<const T> a,
+                                             moecomp::matrix_view<const T> b, moecomp::vector_view<moecomp::index_t> p);
+template <class T>
+moecomp::align::align_result host_align_activations(moecomp::matrix_view<const T> a, moecomp::matrix_view<const T> b,
+                                                    moecomp::vector_view<moecomp::index_t> p);
+template <class T>
+void host_pearson_correlation(moecomp::matrix_view<const T> a, moecomp::matrix_view<const T> b,
+                              moecomp::matrix_view<T> out);
 
 }  // namespace moecomp_test

@@ -9,6 +9,8 @@
 //                                         or maximising sum <a_i, b_p(i)> (inner);
 //   align_activations(ctx, a, b, p)       a: tokens x n, b: tokens x m hidden activations; p[i] = the neuron of
 //                                         b matched to neuron i of a, maximising the sum of Pearson correlations;
+//   pearson_correlation(ctx, a, b, out)   out (n x m) = the Pearson correlations of a's columns with b's (the
+//                                         cost matrix of align_activations);
 //   align_experts(ctx, params, reference, expert, x, p)
 //                                         p[i] = the expert's neuron matched to the reference's neuron i, by
 //                                         design rows, or (correlation) by the hidden activations on tokens x;
@@ -76,9 +78,7 @@ align_result align_rows(const host_context& ctx, const align_params& params,
                         moecomp::detail::type_identity_t<matrix_view<const T>> b, vector_view<index_t> p) {
   constexpr const char* fn = "align_rows";
   static_assert(moecomp::detail::is_real_v<T>, "align_rows: T must be float or double");
-  MOECOMP_EXPECTS(params.objective != align_objective::correlation, fn,
-                  ": params.objective must be weights or inner (correlation compares activations: align_activations),"
-                  " got correlation");
+  detail::check_row_objective(fn, params.objective);
   detail::check_row_alignment(fn, a.rows(), a.cols(), b.rows(), b.cols(), p.size());
   moecomp::detail::check_finite(fn, "a", a, ctx.threads());
   moecomp::detail::check_finite(fn, "b", b, ctx.threads());
@@ -96,6 +96,24 @@ align_result align_activations(const host_context& ctx, moecomp::detail::type_id
   moecomp::detail::check_finite(fn, "a", a, ctx.threads());
   moecomp::detail::check_finite(fn, "b", b, ctx.threads());
   return detail::align_activations_host<T>(ctx, a, b, p);
+}
+
+/// out (n x m) = the Pearson correlations over the tokens (rows) of a's columns (tokens x n) with b's (tokens x m):
+/// align_activations' cost matrix, and the correlations merging's fix-dom ranks by. Each column centred and scaled
+/// to unit norm (mean and norm in double, the standardised values in T), then one Gram product in T; a constant
+/// column correlates 0 with every column. tokens >= 2, finite; out must not overlap a or b.
+template <class T>
+void pearson_correlation(const host_context& ctx, moecomp::detail::type_identity_t<matrix_view<const T>> a,
+                         moecomp::detail::type_identity_t<matrix_view<const T>> b,
+                         moecomp::detail::type_identity_t<matrix_view<T>> out) {
+  constexpr const char* fn = "pearson_correlation";
+  static_assert(moecomp::detail::is_real_v<T>, "pearson_correlation: T must be float or double");
+  detail::check_correlation_shapes(fn, a.rows(), a.cols(), b.rows(), b.cols(), out.rows(), out.cols());
+  moecomp::detail::check_no_overlap(fn, "out", out, "a", a);
+  moecomp::detail::check_no_overlap(fn, "out", out, "b", b);
+  moecomp::detail::check_finite(fn, "a", a, ctx.threads());
+  moecomp::detail::check_finite(fn, "b", b, ctx.threads());
+  detail::pearson_correlation_host<T>(ctx, a, b, out);
 }
 
 /// p[i] = the expert's neuron matched to the reference's neuron i (p: d_ff entries). weights / inner compare

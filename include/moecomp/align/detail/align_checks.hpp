@@ -1,6 +1,8 @@
 #pragma once
-// The argument checks of neuron alignment, for the host and (later) the device.
+// The argument checks of neuron alignment, shared by the host (align/align.hpp) and the device
+// (cuda/align/align.cuh).
 #include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/align/align_types.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/moe/ffn_types.hpp>
@@ -10,6 +12,13 @@ namespace align {
 namespace detail {
 
 using moecomp::detail::shape_string;
+
+/// align_rows compares rows by weights or inner; correlation compares activations (align_activations).
+inline void check_row_objective(const char* fn, align_objective objective) {
+  MOECOMP_EXPECTS(objective != align_objective::correlation, fn,
+                  ": params.objective must be weights or inner (correlation compares activations: align_activations),"
+                  " got correlation");
+}
 
 /// a: n x f and b: m x f design rows with n <= m, p: n entries.
 inline void check_row_alignment(const char* fn, index_t a_rows, index_t a_cols, index_t b_rows, index_t b_cols,
@@ -32,6 +41,17 @@ inline void check_activation_alignment(const char* fn, index_t a_rows, index_t a
                   " neurons (columns; each neuron of a gets a distinct neuron of b), got ", b_cols);
   MOECOMP_EXPECTS(p_size == a_cols, fn, ": permutation must have ", a_cols, " entries (one per neuron of a), got ",
                   p_size);
+}
+
+/// a: tokens x n and b: tokens x m activations with at least two tokens and one neuron each; out: n x m.
+inline void check_correlation_shapes(const char* fn, index_t a_rows, index_t a_cols, index_t b_rows, index_t b_cols,
+                                     index_t out_rows, index_t out_cols) {
+  MOECOMP_EXPECTS(a_rows >= 2 && a_cols >= 1, fn,
+                  ": a must be tokens x neurons with at least 2 tokens and 1 neuron, got ", shape_string(a_rows, a_cols));
+  MOECOMP_EXPECTS(b_rows == a_rows && b_cols >= 1, fn, ": b must have a's ", a_rows,
+                  " tokens (rows) and at least 1 neuron, got ", shape_string(b_rows, b_cols));
+  MOECOMP_EXPECTS(out_rows == a_cols && out_cols == b_cols, fn, ": out must be ", shape_string(a_cols, b_cols),
+                  " (a's neurons x b's neurons), got ", shape_string(out_rows, out_cols));
 }
 
 /// The output of permute_neurons has exactly the input expert's pieces and shapes.

@@ -3,6 +3,7 @@
 // and correlations, each from the shared Gram tiles) and the exact assignment.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/align/align_types.hpp>
+#include <moecomp/align/detail/align_rules.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
@@ -84,7 +85,7 @@ void squared_distances(const host_context& ctx, matrix_view<const T> a, matrix_v
       const T* g = tile.row_ptr(r);
       T* out = cost.row_ptr(row0 + r) + col0;
       for (index_t c = 0; c < tile.cols(); ++c)
-        out[c] = static_cast<T>(std::max(0.0, ni + nj[c] - 2.0 * static_cast<double>(g[c])));
+        out[c] = static_cast<T>(clamped_squared_distance(ni, nj[c], static_cast<double>(g[c])));
     }
   });
 }
@@ -119,6 +120,20 @@ align_result align_rows_host(const host_context& ctx, align_objective objective,
   for (index_t i = 0; i < n; ++i)
     out.cost += maximize ? moecomp::detail::dot(a.row_ptr(i), b.row_ptr(p[i]), f) : moecomp::detail::squared_distance(a.row_ptr(i), b.row_ptr(p[i]), f);
   return out;
+}
+
+/// out (n x m) = the Pearson correlations of a's columns (tokens x n) with b's (tokens x m): the standardised
+/// columns as rows, then their Gram product (align_activations_host's cost matrix).
+template <class T>
+void pearson_correlation_host(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b,
+                              matrix_view<T> out) {
+  const index_t tokens = a.rows(), n = a.cols(), m = b.cols();
+  moecomp::detail::host_workspace<T> za(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(tokens));
+  moecomp::detail::host_workspace<T> zb(ctx, static_cast<std::size_t>(m) * static_cast<std::size_t>(tokens));
+  const matrix_view<T> zav(za.data(), n, tokens, tokens), zbv(zb.data(), m, tokens, tokens);
+  moecomp::detail::standardized_columns<T>(ctx, a, zav);
+  moecomp::detail::standardized_columns<T>(ctx, b, zbv);
+  moecomp::detail::gram_product<T>(ctx, zav, zbv, out);
 }
 
 /// Columns (neurons) of activations a against those of b, by Pearson correlation.

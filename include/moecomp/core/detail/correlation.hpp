@@ -5,6 +5,7 @@
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/correlation_rules.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 
 #include <algorithm>
@@ -37,13 +38,11 @@ void standardized_columns(const host_context& ctx, matrix_view<const T> h, matri
     for (index_t c = c0; c < c1; ++c) mean[static_cast<std::size_t>(c)] = sum[c - c0] / static_cast<double>(tokens);
     for (index_t t = 0; t < tokens; ++t) {
       const T* row = h.row_ptr(t);
-      for (index_t c = c0; c < c1; ++c) {
-        const double v = static_cast<double>(row[c]) - mean[static_cast<std::size_t>(c)];
-        sum2[c - c0] += v * v;
-      }
+      for (index_t c = c0; c < c1; ++c)
+        sum2[c - c0] += squared_deviation(static_cast<double>(row[c]), mean[static_cast<std::size_t>(c)]);
     }
     for (index_t c = c0; c < c1; ++c) {
-      scale[static_cast<std::size_t>(c)] = sum2[c - c0] > 0 ? 1.0 / std::sqrt(sum2[c - c0]) : 0.0;
+      scale[static_cast<std::size_t>(c)] = unit_norm_scale(sum2[c - c0]);
       if (norms) (*norms)[static_cast<std::size_t>(c)] = std::sqrt(sum2[c - c0]);
     }
   });
@@ -55,7 +54,7 @@ void standardized_columns(const host_context& ctx, matrix_view<const T> h, matri
     for (index_t c = c0; c < c1; ++c) {
       const double m = mean[static_cast<std::size_t>(c)], sc = scale[static_cast<std::size_t>(c)];
       T* out = z.row_ptr(c);
-      for (index_t t = t0; t < t1; ++t) out[t] = static_cast<T>((static_cast<double>(h(t, c)) - m) * sc);
+      for (index_t t = t0; t < t1; ++t) out[t] = static_cast<T>(standardized_value(static_cast<double>(h(t, c)), m, sc));
     }
   });
 }
