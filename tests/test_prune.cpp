@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -163,4 +165,129 @@ TEST_CASE("prune: bad input is refused with a message naming the argument") {
   CHECK_THROWS_AS(sparse::prune_magnitude<double>(ctx, with_sparsity(0.5), moecomp::matrix_view<const double>(w.data(), 4, 6),
                                                   moecomp::matrix_view<double>(w.data() + 1, 4, 5)),
                   moecomp::invalid_argument);
+}
+
+// The device's matrix-scope algorithm (<moecomp/cuda/sparse/prune.cuh>) is the radix select of
+// sparse_element.hpp over 8-bit digit histograms, a second select over the storage offsets of the ties, and
+// threshold_kept per entry. Its rules run here on the host, with the histograms counted by loops instead of
+// cub::DeviceHistogram, and must keep exactly what the host's prune_magnitude keeps.
+namespace {
+template <class T>
+std::vector<T> device_style_prune(const std::vector<T>& storage, index_t rows, index_t cols, index_t stride,
+                                  index_t kept, double& threshold) {
+  using key = typename sparse::detail::magnitude_key<T>::type;
+  std::vector<unsigned long long> histogram;
+  const auto count_digits = [&](auto digit_of, int width) {
+    histogram.assign(std::size_t(1) << width, 0);
+    for (index_t i = 0; i < rows; ++i)
+      for (index_t j = 0; j < cols; ++j) {
+        const int d = digit_of(i * stride + j);
+        if (d >= 0) ++histogram[static_cast<std::size_t>(d)];  // the histogram's range drops -1
+      }
+    return static_cast<const unsigned long long*>(histogram.data());
+  };
+  const auto key_at = [&](index_t offset) {
+    return sparse::detail::magnitude_key<T>::of(storage[static_cast<std::size_t>(offset)]);
+  };
+  sparse::detail::threshold_rule<key> rule;
+  rule.keep_none = kept == 0;
+  threshold = std::numeric_limits<double>::infinity();
+  if (kept > 0) {
+    index_t remaining = kept, equal = 0;
+    rule.threshold = sparse::detail::radix_select_loop<key>(
+        static_cast<int>(8 * sizeof(key)) - 1, true, remaining, equal,
+        [&](const sparse::detail::radix_digit_rule<key>& digits) {
+          return count_digits([&](index_t offset) { return digits(key_at(offset)); }, digits.width);
+        });
+    rule.last_tie = std::numeric_limits<index_t>::max();
+    if (remaining < equal) {
+      const auto last_offset = static_cast<std::uint64_t>((rows - 1) * stride + cols - 1);
+      int bits = 1;
+      while (bits < 63 && (last_offset >> bits) != 0) ++bits;
+      index_t rank = remaining, ties = 0;
+      rule.last_tie = static_cast<index_t>(sparse::detail::radix_select_loop<std::uint64_t>(
+          bits, false, rank, ties, [&](const sparse::detail::radix_digit_rule<std::uint64_t>& digits) {
+            return count_digits(
+                [&](index_t offset) {
+                  return key_at(offset) == rule.threshold ? digits(static_cast<std::uint64_t>(offset)) : -1;
+                },
+                digits.width);
+          }));
+    }
+    threshold = sparse::detail::magnitude_key<T>::value(rule.threshold);
+  }
+  std::vector<T> out(static_cast<std::size_t>(rows * cols));
+  for (index_t i = 0; i < rows; ++i)
+    for (index_t j = 0; j < cols; ++j) {
+      const T v = storage[static_cast<std::size_t>(i * stride + j)];
+      out[static_cast<std::size_t>(i * cols + j)] =
+          sparse::detail::threshold_kept(rule, key_at(i * stride + j), i * stride + j) ? v : T{};
+    }
+  return out;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("prune: the device's radix select and tie cut, run on the host, keep the host's entries", T, float,
+                   double, moecomp::bfloat16, moecomp::half) {
+  const index_t rows = 23, cols = 190, stride = 201;
+  for (int levels : {0, 7}) {
+    const auto storage = values<T>(rows * stride, 80 + static_cast<std::uint64_t>(levels), levels);
+    for (double s : {0.0, 0.3, 0.75, 0.999, 1.0}) {
+      CAPTURE(levels);
+      CAPTURE(s);
+      std::vector<T> host(static_cast<std::size_t>(rows * cols));
+      const auto r = sparse::prune_magnitude<T>(moecomp::host_context(1), with_sparsity(s),
+                                                moecomp::matrix_view<const T>(storage.data(), rows, cols, stride),
+                                                moecomp::matrix_view<T>(host.data(), rows, cols));
+      double threshold = 0;
+      const auto device = device_style_prune(storage, rows, cols, stride, r.kept, threshold);
+      CHECK(std::memcmp(device.data(), host.data(), host.size() * sizeof(T)) == 0);
+      CHECK(threshold == r.threshold);
+    }
+  }
+}
+
+TEST_CASE("prune: the per-element rules the device shares with the host") {
+  // pick_digit walks from the top (largest first) or the bottom, leaving the rank within the digit.
+  const unsigned long long counts[4] = {5, 0, 2, 3};
+  index_t remaining = 4;
+  CHECK(sparse::detail::pick_digit(counts, 4, true, remaining) == 2);
+  CHECK(remaining == 1);
+  remaining = 6;
+  CHECK(sparse::detail::pick_digit(counts, 4, false, remaining) == 2);
+  CHECK(remaining == 1);
+  remaining = 3;
+  CHECK(sparse::detail::pick_digit(counts, 4, true, remaining) == 3);
+  CHECK(remaining == 3);
+  // radix_digit_rule: the digit under the fixed prefix, -1 for keys that left it.
+  sparse::detail::radix_digit_rule<std::uint32_t> rule;
+  rule.total_bits = 16;
+  rule.fixed_bits = 8;
+  rule.prefix = 0xab00u;
+  rule.shift = 0;
+  rule.width = 8;
+  CHECK(rule(0xab37u) == 0x37);
+  CHECK(rule(0xac37u) == -1);
+  // threshold_kept: above the threshold always, ties up to last_tie, nothing under keep_none.
+  sparse::detail::threshold_rule<std::uint32_t> t;
+  t.threshold = 10;
+  t.last_tie = 5;
+  CHECK(sparse::detail::threshold_kept(t, 11u, 100));
+  CHECK(sparse::detail::threshold_kept(t, 10u, 5));
+  CHECK_FALSE(sparse::detail::threshold_kept(t, 10u, 6));
+  CHECK_FALSE(sparse::detail::threshold_kept(t, 9u, 0));
+  t.keep_none = true;
+  CHECK_FALSE(sparse::detail::threshold_kept(t, 11u, 0));
+  // n_of_m_kept: larger magnitudes first, ties to the lower index.
+  const float run[4] = {-2.0f, 1.0f, 2.0f, -1.0f};
+  CHECK(sparse::detail::n_of_m_kept(run, 4, 2, 0));
+  CHECK(sparse::detail::n_of_m_kept(run, 4, 2, 2));
+  CHECK_FALSE(sparse::detail::n_of_m_kept(run, 4, 2, 1));
+  CHECK(sparse::detail::n_of_m_kept(run, 4, 3, 1));
+  CHECK_FALSE(sparse::detail::n_of_m_kept(run, 4, 3, 3));
+  // magnitude_key::value is the magnitude a key stands for.
+  CHECK(sparse::detail::magnitude_key<float>::value(sparse::detail::magnitude_key<float>::of(-0.375f)) == 0.375);
+  CHECK(sparse::detail::magnitude_key<double>::value(sparse::detail::magnitude_key<double>::of(-1e-300)) == 1e-300);
+  CHECK(sparse::detail::magnitude_key<moecomp::half>::value(
+            sparse::detail::magnitude_key<moecomp::half>::of(moecomp::half(-3.5f))) == 3.5);
 }

@@ -411,3 +411,24 @@ TEST_CASE("view_sparse_sections checks every byte of untrusted sections") {
   codes[1] = static_cast<std::uint8_t>(codes[1] | 0x40);  // the padding nibble of row 0 (3 groups)
   CHECK(problem(two_four, {}, codes, two_four.values_bytes()).find("padding nibble of 2:4 row 0") != std::string::npos);
 }
+
+TEST_CASE("the structure lookups the device kernels share with the host (sparse_element.hpp)") {
+  // 2:4 code 0b1101: positions 1 (bits 0-1) and 3 (bits 2-3) hold the group's values 0 and 1.
+  const unsigned code = 1u | (3u << 2);
+  CHECK(sparse::detail::two_of_four_slot(code, 0) == -1);
+  CHECK(sparse::detail::two_of_four_slot(code, 1) == 0);
+  CHECK(sparse::detail::two_of_four_slot(code, 2) == -1);
+  CHECK(sparse::detail::two_of_four_slot(code, 3) == 1);
+  // Group 1 of a row is the high nibble of byte 0; group 2 the low nibble of byte 1.
+  const std::uint8_t codes[2] = {static_cast<std::uint8_t>(0x4u | (code << 4)), 0x9u};
+  CHECK(sparse::detail::two_of_four_code(codes, 0) == 0x4u);
+  CHECK(sparse::detail::two_of_four_code(codes, 1) == code);
+  CHECK(sparse::detail::two_of_four_code(codes, 2) == 0x9u);
+  // Bitmap bits are least significant first within each byte.
+  const std::uint8_t bits[2] = {0x81u, 0x02u};
+  CHECK(sparse::detail::bitmap_bit(bits, 0));
+  CHECK_FALSE(sparse::detail::bitmap_bit(bits, 1));
+  CHECK(sparse::detail::bitmap_bit(bits, 7));
+  CHECK_FALSE(sparse::detail::bitmap_bit(bits, 8));
+  CHECK(sparse::detail::bitmap_bit(bits, 9));
+}

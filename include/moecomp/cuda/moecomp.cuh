@@ -26,6 +26,8 @@
 #include <moecomp/ot/linear_assignment_types.hpp>
 #include <moecomp/ot/sinkhorn_types.hpp>
 #include <moecomp/similarity/cka_types.hpp>
+#include <moecomp/sparse/prune_types.hpp>
+#include <moecomp/sparse/residual_types.hpp>
 
 #include <moecomp/cuda/core/context.cuh>
 #include <moecomp/cuda/core/device_buffer.cuh>
@@ -41,3 +43,7 @@
 #include <moecomp/cuda/gating/routing.cuh>
 #include <moecomp/cuda/moe/expert.cuh>
 #include <moecomp/cuda/similarity/cka.cuh>
+#include <moecomp/cuda/align/align.cuh>
+#include <moecomp/cuda/merge/merge.cuh>
+#include <moecomp/cuda/sparse/prune.cuh>
+#include <moecomp/cuda/sparse/residual.cuh>

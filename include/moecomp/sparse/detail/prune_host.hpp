@@ -12,6 +12,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/sparse/prune_types.hpp>
 #include <moecomp/core/detail/parallel.hpp>
+#include <moecomp/sparse/detail/sparse_element.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -25,38 +26,6 @@ namespace sparse {
 namespace detail {
 
 using moecomp::detail::parallel_for;
-
-/// The unsigned key of |v|: its bit pattern without the sign.
-template <class T>
-struct magnitude_key;
-template <>
-struct magnitude_key<float> {
-  using type = std::uint32_t;
-  static type of(float v) noexcept {
-    std::uint32_t b;
-    std::memcpy(&b, &v, sizeof b);
-    return b & 0x7fffffffu;
-  }
-};
-template <>
-struct magnitude_key<double> {
-  using type = std::uint64_t;
-  static type of(double v) noexcept {
-    std::uint64_t b;
-    std::memcpy(&b, &v, sizeof b);
-    return b & 0x7fffffffffffffffull;
-  }
-};
-template <>
-struct magnitude_key<bfloat16> {
-  using type = std::uint16_t;
-  static type of(bfloat16 v) noexcept { return static_cast<std::uint16_t>(v.bits & 0x7fffu); }
-};
-template <>
-struct magnitude_key<half> {
-  using type = std::uint16_t;
-  static type of(half v) noexcept { return static_cast<std::uint16_t>(v.bits & 0x7fffu); }
-};
 
 /// A rectangular group of a matrix: rows [row0, row0 + rows), columns [col0, col0 + cols).
 struct group {
@@ -108,13 +77,10 @@ typename magnitude_key<T>::type kth_largest_key(matrix_view<const T> w, const gr
       }
     });
     const std::size_t values = std::size_t(1) << width;
-    std::size_t digit = values;
-    while (digit-- > 0) {
-      index_t count = 0;
-      for (int t = 0; t < used; ++t) count += histograms[static_cast<std::size_t>(t) * digit_values + digit];
-      if (count >= remaining) break;
-      remaining -= count;
-    }
+    for (int t = 1; t < used; ++t)
+      for (std::size_t v = 0; v < values; ++v)
+        histograms[v] += histograms[static_cast<std::size_t>(t) * digit_values + v];
+    const std::uint32_t digit = pick_digit(histograms.data(), static_cast<std::uint32_t>(values), true, remaining);
     prefix = static_cast<key>(prefix | (static_cast<key>(digit) << shift));
     fixed_bits += width;
   }
@@ -155,27 +121,22 @@ double prune_group(matrix_view<const T> w, matrix_view<T> out, const group& g, i
   return smallest;
 }
 
-/// N:M: in each run of m entries of a row, the n largest magnitudes (ties to the lowest index).
+/// N:M: in each run of m entries of a row, the n largest magnitudes (ties to the lowest index: n_of_m_kept).
 template <class T>
 double prune_n_of_m(matrix_view<const T> w, matrix_view<T> out, index_t n, index_t m, int threads) {
-  using key = typename magnitude_key<T>::type;
   std::vector<double> smallest(static_cast<std::size_t>(w.rows()), std::numeric_limits<double>::infinity());
   parallel_for(w.rows(), threads, [&](index_t i, int) {
     const T* row = w.row_ptr(i);
     T* o = out.row_ptr(i);
-    std::vector<index_t> order(static_cast<std::size_t>(m));
+    std::vector<T> run(static_cast<std::size_t>(m));  // a copy: out may be w (in place)
+    double& s = smallest[static_cast<std::size_t>(i)];
     for (index_t g = 0; g < w.cols(); g += m) {
-      for (index_t q = 0; q < m; ++q) order[static_cast<std::size_t>(q)] = q;
-      std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
-        const key ka = magnitude_key<T>::of(row[g + a]), kb = magnitude_key<T>::of(row[g + b]);
-        return ka > kb;  // stable: equal keys stay in index order
-      });
+      std::copy(row + g, row + g + m, run.begin());
       for (index_t q = 0; q < m; ++q) {
-        const index_t j = g + order[static_cast<std::size_t>(q)];
-        const T v = row[j];
-        o[j] = q < n ? v : T{};
-        if (q < n)
-          smallest[static_cast<std::size_t>(i)] = std::min(smallest[static_cast<std::size_t>(i)], std::abs(convert_to<double>(v)));
+        const bool keep = n_of_m_kept(run.data(), m, n, q);
+        const T v = run[static_cast<std::size_t>(q)];
+        o[g + q] = keep ? v : T{};
+        if (keep) s = std::min(s, std::abs(convert_to<double>(v)));
       }
     }
   });

@@ -7,6 +7,7 @@
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/sparse/residual_types.hpp>
 #include <moecomp/core/detail/little_endian.hpp>
+#include <moecomp/sparse/detail/sparse_element.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -59,7 +60,7 @@ struct value_codec<value_dtype::float32> {
     store_le<std::uint32_t>(values + 4 * k, moecomp::detail::float_bits(v));
   }
   static float load(const std::uint8_t* values, std::uint64_t k) noexcept {
-    return moecomp::detail::bits_float(load_le<std::uint32_t>(values + 4 * k));
+    return float32_value(load_le<std::uint32_t>(values + 4 * k));
   }
 };
 template <>
@@ -69,12 +70,9 @@ struct value_codec<value_dtype::float16> {
   static void store(std::uint8_t* values, std::uint64_t k, float v) noexcept {
     store_le<std::uint16_t>(values + 2 * k, half::from_float(v));
   }
-  /// Stored values are finite (checked), so the branch-free conversion holds: the half's exponent and
-  /// mantissa, placed in a float's bits, are the value times 2^-112 (subnormals included), exactly.
+  /// Stored values are finite (checked), so the branch-free decoder holds (sparse_element.hpp).
   static float load(const std::uint8_t* values, std::uint64_t k) noexcept {
-    const std::uint32_t h = load_le<std::uint16_t>(values + 2 * k);
-    const float magnitude = moecomp::detail::bits_float((h & 0x7fffu) << 13) * 0x1p112f;
-    return moecomp::detail::bits_float(moecomp::detail::float_bits(magnitude) | ((h & 0x8000u) << 16));
+    return float16_value(load_le<std::uint16_t>(values + 2 * k));
   }
 };
 template <>
@@ -85,7 +83,7 @@ struct value_codec<value_dtype::bfloat16> {
     store_le<std::uint16_t>(values + 2 * k, bfloat16::from_float(v));
   }
   static float load(const std::uint8_t* values, std::uint64_t k) noexcept {
-    return moecomp::detail::bits_float(static_cast<std::uint32_t>(load_le<std::uint16_t>(values + 2 * k)) << 16);
+    return bfloat16_value(load_le<std::uint16_t>(values + 2 * k));
   }
 };
 
@@ -109,13 +107,6 @@ inline bool stored_value_finite(value_dtype d, const std::uint8_t* values, std::
   }
   return false;
 }
-
-/// The 2:4 code of a group (4 bits): positions a < b of its two stored values, a in bits 0-1, b in bits 2-3.
-/// Group g of a row is the nibble g % 2 (low nibble first) of the row's byte g / 2.
-inline unsigned two_of_four_code(const std::uint8_t* row_codes, index_t group) noexcept {
-  return (row_codes[group / 2] >> (4 * (group % 2))) & 0xfu;
-}
-inline bool two_of_four_code_valid(unsigned code) noexcept { return (code & 3u) < (code >> 2); }
 
 /// Whether the entry's bits are not those of +0: such an entry is stored (so that decoding is bit-exact,
 /// -0 included).
