@@ -104,6 +104,25 @@ TEST_CASE("shared-base apply equals the dense product of the restored experts") 
   }
 }
 
+TEST_CASE("shared-base apply: bitmap rows of any width, the last stored values included") {
+  // 121 columns: three 32-column pairs, one 16-column chunk and a 9-column tail, so every branch of the AVX-512
+  // bitmap product runs (where it is compiled), including the masked loads of the last stored values.
+  for (index_t in : {121, 16, 7}) {
+    for (auto values : {sparse::value_dtype::float32, sparse::value_dtype::float16, sparse::value_dtype::bfloat16}) {
+      CAPTURE(in);
+      CAPTURE(sparse::to_string(values));
+      const host_matrix<float> base = normal(37, in, 8);
+      const auto residuals = residuals_of(base, {sparse::sparse_format::bitmap, sparse::sparse_format::bitmap}, values);
+      const host_matrix<float> x = normal(3, in, 9);
+      const std::vector<index_t> offsets = {0, 2, 3};
+      host_matrix<float> y(3, 37);
+      sparse::shared_base_apply<float>(host_context(2), x.view(), base.view(), views(residuals),
+                                       moecomp::make_vector_view(offsets.data(), 3), y.view());
+      CHECK(moecomp_test::max_relative_error(y, dense_reference(x, base, residuals, offsets)) < 1e-5);
+    }
+  }
+}
+
 TEST_CASE("shared-base apply gives the same bytes at any thread count") {
   const host_matrix<float> base = normal(300, 64, 4);
   const auto residuals = residuals_of(base, {sparse::sparse_format::bitmap, sparse::sparse_format::csr16},
