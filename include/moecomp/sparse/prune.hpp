@@ -32,12 +32,7 @@ prune_result prune_magnitude(const host_context& ctx, const prune_params& params
                              moecomp::detail::type_identity_t<matrix_view<const T>> w, matrix_view<T> out) {
   constexpr const char* fn = "prune_magnitude";
   detail::check_prune_params(fn, params, w.rows(), w.cols());
-  MOECOMP_EXPECTS(out.rows() == w.rows() && out.cols() == w.cols(), fn, ": out must be ",
-                  moecomp::detail::shape_string(w.rows(), w.cols()), " like w, got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
-  MOECOMP_EXPECTS(!moecomp::detail::views_overlap(out, w) ||
-                      (out.data() == w.data() && out.row_stride() == w.row_stride()),
-                  fn, ": out must be w itself (in place) or not overlap it");
+  detail::check_prune_output(fn, w, out);
   moecomp::detail::check_finite(fn, "w", w, ctx.threads());
   return detail::prune_host<T>(ctx, params, w, out);
 }

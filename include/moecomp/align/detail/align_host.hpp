@@ -122,18 +122,29 @@ align_result align_rows_host(const host_context& ctx, align_objective objective,
   return out;
 }
 
-/// out (n x m) = the Pearson correlations of a's columns (tokens x n) with b's (tokens x m): the standardised
-/// columns as rows, then their Gram product (align_activations_host's cost matrix).
+/// The columns of a (tokens x n) and b (tokens x m) centred and scaled to unit norm, stored as rows (n x tokens
+/// and m x tokens): their Gram product is the correlation matrix.
+template <class T>
+struct standardized_pair {
+  moecomp::detail::host_workspace<T> za, zb;
+  matrix_view<T> a, b;
+  standardized_pair(const host_context& ctx, matrix_view<const T> x, matrix_view<const T> y)
+      : za(ctx, static_cast<std::size_t>(x.cols()) * static_cast<std::size_t>(x.rows())),
+        zb(ctx, static_cast<std::size_t>(y.cols()) * static_cast<std::size_t>(y.rows())),
+        a(za.data(), x.cols(), x.rows(), x.rows()),
+        b(zb.data(), y.cols(), y.rows(), y.rows()) {
+    moecomp::detail::standardized_columns<T>(ctx, x, a);
+    moecomp::detail::standardized_columns<T>(ctx, y, b);
+  }
+};
+
+/// out (n x m) = the Pearson correlations of a's columns (tokens x n) with b's (tokens x m): the Gram product of
+/// the standardised columns (align_activations_host's cost matrix).
 template <class T>
 void pearson_correlation_host(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b,
                               matrix_view<T> out) {
-  const index_t tokens = a.rows(), n = a.cols(), m = b.cols();
-  moecomp::detail::host_workspace<T> za(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(tokens));
-  moecomp::detail::host_workspace<T> zb(ctx, static_cast<std::size_t>(m) * static_cast<std::size_t>(tokens));
-  const matrix_view<T> zav(za.data(), n, tokens, tokens), zbv(zb.data(), m, tokens, tokens);
-  moecomp::detail::standardized_columns<T>(ctx, a, zav);
-  moecomp::detail::standardized_columns<T>(ctx, b, zbv);
-  moecomp::detail::gram_product<T>(ctx, zav, zbv, out);
+  const standardized_pair<T> z(ctx, a, b);
+  moecomp::detail::gram_product<T>(ctx, z.a, z.b, out);
 }
 
 /// Columns (neurons) of activations a against those of b, by Pearson correlation.
@@ -141,17 +152,13 @@ template <class T>
 align_result align_activations_host(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b,
                                     vector_view<index_t> p) {
   const index_t tokens = a.rows(), n = a.cols(), m = b.cols();
-  moecomp::detail::host_workspace<T> za(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(tokens));
-  moecomp::detail::host_workspace<T> zb(ctx, static_cast<std::size_t>(m) * static_cast<std::size_t>(tokens));
-  const matrix_view<T> zav(za.data(), n, tokens, tokens), zbv(zb.data(), m, tokens, tokens);
-  moecomp::detail::standardized_columns<T>(ctx, a, zav);
-  moecomp::detail::standardized_columns<T>(ctx, b, zbv);
+  const standardized_pair<T> z(ctx, a, b);
   moecomp::detail::host_workspace<T> storage(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(m));
   const matrix_view<T> cost(storage.data(), n, m, m);
-  moecomp::detail::gram_product<T>(ctx, zav, zbv, cost);
+  moecomp::detail::gram_product<T>(ctx, z.a, z.b, cost);
   align_result out = solve<T>(ctx, cost, true, p);
   if (!out.ok()) return out;
-  for (index_t i = 0; i < n; ++i) out.cost += moecomp::detail::dot(zav.row_ptr(i), zbv.row_ptr(p[i]), tokens);
+  for (index_t i = 0; i < n; ++i) out.cost += moecomp::detail::dot(z.a.row_ptr(i), z.b.row_ptr(p[i]), tokens);
   return out;
 }
 

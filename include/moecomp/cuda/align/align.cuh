@@ -136,6 +136,19 @@ align_result align_rows(const cuda_context& ctx, const align_params& params,
   return align_rows<T>(ctx, params, a, b, p, workspace.view());
 }
 
+namespace cuda_detail {
+/// The checks of both pearson_correlation overloads, all on the host before any CUDA call.
+template <class T>
+void check_correlation_arguments(const char* fn, matrix_view<const T, device_memory> a,
+                                 matrix_view<const T, device_memory> b, matrix_view<T, device_memory> out) {
+  detail::check_correlation_shapes(fn, a.rows(), a.cols(), b.rows(), b.cols(), out.rows(), out.cols());
+  check_activation_strides<T>(fn, a, b);
+  check_int_extents(fn, {{"out's row stride", out.row_stride()}});
+  moecomp::detail::check_no_overlap(fn, "out", out, "a", a);
+  moecomp::detail::check_no_overlap(fn, "out", out, "b", b);
+}
+}  // namespace cuda_detail
+
 /// Workspace bytes of the device pearson_correlation of a: tokens x n with b: tokens x m, element type T.
 template <class T>
 std::size_t pearson_correlation_workspace_size(index_t tokens, index_t n, index_t m) {
@@ -154,11 +167,7 @@ void pearson_correlation(const cuda_context& ctx, moecomp::detail::type_identity
                          vector_view<std::byte, device_memory> workspace) {
   moecomp::detail::check_device_element_type<T>();
   constexpr const char* fn = "pearson_correlation";
-  detail::check_correlation_shapes(fn, a.rows(), a.cols(), b.rows(), b.cols(), out.rows(), out.cols());
-  cuda_detail::check_activation_strides<T>(fn, a, b);
-  cuda_detail::check_int_extents(fn, {{"out's row stride", out.row_stride()}});
-  moecomp::detail::check_no_overlap(fn, "out", out, "a", a);
-  moecomp::detail::check_no_overlap(fn, "out", out, "b", b);
+  cuda_detail::check_correlation_arguments<T>(fn, a, b, out);
   const auto plan = cuda_detail::make_correlation_plan<T>(fn, a.rows(), a.cols(), b.cols(), false);
   moecomp::detail::check_workspace(fn, plan.bytes, workspace);
   const moecomp::detail::cublas_session blas(ctx);
@@ -173,11 +182,7 @@ void pearson_correlation(const cuda_context& ctx, moecomp::detail::type_identity
                          moecomp::detail::type_identity_t<matrix_view<T, device_memory>> out) {
   moecomp::detail::check_device_element_type<T>();
   constexpr const char* fn = "pearson_correlation";
-  detail::check_correlation_shapes(fn, a.rows(), a.cols(), b.rows(), b.cols(), out.rows(), out.cols());
-  cuda_detail::check_activation_strides<T>(fn, a, b);
-  cuda_detail::check_int_extents(fn, {{"out's row stride", out.row_stride()}});
-  moecomp::detail::check_no_overlap(fn, "out", out, "a", a);
-  moecomp::detail::check_no_overlap(fn, "out", out, "b", b);
+  cuda_detail::check_correlation_arguments<T>(fn, a, b, out);
   const moecomp::detail::scoped_workspace workspace(ctx, pearson_correlation_workspace_size<T>(a.rows(), a.cols(), b.cols()));
   pearson_correlation<T>(ctx, a, b, out, workspace.view());
 }

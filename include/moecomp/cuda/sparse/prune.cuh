@@ -61,12 +61,7 @@ template <class T>
 void check_prune_arguments(const char* fn, const prune_params& params, matrix_view<const T, device_memory> w,
                            matrix_view<T, device_memory> out) {
   check_device_prune_params(fn, params, w.rows(), w.cols());
-  MOECOMP_EXPECTS(out.rows() == w.rows() && out.cols() == w.cols(), fn, ": out must be ",
-                  moecomp::detail::shape_string(w.rows(), w.cols()), " like w, got ",
-                  moecomp::detail::shape_string(out.rows(), out.cols()));
-  MOECOMP_EXPECTS(!moecomp::detail::views_overlap(out, w) ||
-                      (out.data() == w.data() && out.row_stride() == w.row_stride()),
-                  fn, ": out must be w itself (in place) or not overlap it");
+  detail::check_prune_output(fn, w, out);
 }
 
 struct prune_workspace {

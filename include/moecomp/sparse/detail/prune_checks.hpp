@@ -1,10 +1,12 @@
 #pragma once
-// The argument checks of magnitude pruning (host; a device version would share them).
+// The argument checks of magnitude pruning, shared by the host (sparse/prune.hpp) and the device
+// (cuda/sparse/prune.cuh).
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/sparse/prune_types.hpp>
+#include <moecomp/core/detail/checks.hpp>
 
 
 MOECOMP_NAMESPACE_BEGIN
@@ -28,6 +30,18 @@ inline void check_prune_params(const char* fn, const prune_params& params, index
     MOECOMP_EXPECTS(params.column_block >= 1, fn, ": params.column_block must be >= 1 with the column_block scope, got ",
                     params.column_block);
   (void)rows;
+}
+
+/// out has w's shape and is w itself (in place) or does not overlap it; host or device views alike.
+template <class WView, class OutView>
+void check_prune_output(const char* fn, const WView& w, const OutView& out) {
+  MOECOMP_EXPECTS(out.rows() == w.rows() && out.cols() == w.cols(), fn, ": out must be ",
+                  moecomp::detail::shape_string(w.rows(), w.cols()), " like w, got ",
+                  moecomp::detail::shape_string(out.rows(), out.cols()));
+  MOECOMP_EXPECTS(!moecomp::detail::views_overlap(out, w) ||
+                      (static_cast<const void*>(out.data()) == static_cast<const void*>(w.data()) &&
+                       out.row_stride() == w.row_stride()),
+                  fn, ": out must be w itself (in place) or not overlap it");
 }
 
 }  // namespace detail

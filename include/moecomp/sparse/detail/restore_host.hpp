@@ -22,11 +22,6 @@ MOECOMP_NAMESPACE_BEGIN
 namespace sparse {
 namespace detail {
 
-/// The type a restore adds in: double if the base or the output is double, float otherwise.
-template <class Tb, class To>
-using restore_accumulator_t =
-    std::conditional_t<std::is_same_v<Tb, double> || std::is_same_v<To, double>, double, float>;
-
 template <bool Assign, class Acc>
 inline void put(Acc& target, Acc value) noexcept {
   if constexpr (Assign)

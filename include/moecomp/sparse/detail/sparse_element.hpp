@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace sparse {
@@ -62,6 +63,12 @@ struct magnitude_key<half> {
   MOECOMP_HOST_DEVICE static type of(half v) noexcept { return static_cast<std::uint16_t>(v.bits & 0x7fffu); }
   MOECOMP_HOST_DEVICE static double value(type k) noexcept { return static_cast<double>(half::to_float(k)); }
 };
+
+/// The type a restore adds in, on the host and the device: double if the base or the output is double, float
+/// otherwise.
+template <class Tb, class To>
+using restore_accumulator_t =
+    std::conditional_t<std::is_same_v<Tb, double> || std::is_same_v<To, double>, double, float>;
 
 /// N:M pruning keeps entry q of a run of m entries when fewer than n entries of the run come before it in the
 /// order "larger magnitude first, then lower index" (so ties go to the lowest index, as a stable sort would).

@@ -55,11 +55,6 @@ inline constexpr int spmm_warps = spmm_block / 32;
 /// Tokens one warp accumulates at a time (registers per lane); more tokens re-read the row, from L1/L2.
 inline constexpr int spmm_token_tile = 8;
 
-/// The type a restore adds in: double if the base or the output is double, float otherwise (as on the host).
-template <class Tb, class To>
-using restore_accumulator_t =
-    std::conditional_t<std::is_same_v<Tb, double> || std::is_same_v<To, double>, double, float>;
-
 /// Stored value k as a float (device memory is little-endian, like the format).
 __device__ inline float stored_value(const void* values, value_dtype dtype, std::uint64_t k) {
   switch (dtype) {
@@ -118,7 +113,7 @@ inline void bitmap_row_starts_passes(void* temp, std::size_t& temp_bytes, index_
 /// that decoding is bit-exact, -0 included; an entry not stored: the base, or +0).
 template <class Tb, class To>
 __device__ inline To restored(const Tb* base_row, index_t j, bool stored, float value) {
-  using Acc = restore_accumulator_t<Tb, To>;
+  using Acc = detail::restore_accumulator_t<Tb, To>;
   if (base_row == nullptr) return stored ? convert_to<To>(static_cast<Acc>(value)) : To{};
   const Acc b = convert_to<Acc>(base_row[j]);
   return convert_to<To>(stored ? b + static_cast<Acc>(value) : b);
