@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -71,6 +72,14 @@ inline void check_extents(const char* function, std::initializer_list<named_exte
   std::string got;
   for (const named_extent& e : extents) got += concat(got.empty() ? "" : ", ", e.name, " ", e.value);
   MOECOMP_FAIL(error_kind::invalid_argument, function, ": shapes must be non-negative, got ", got);
+}
+
+/// The extents a device call hands to cuBLAS or to int-indexed kernels fit in an int
+/// ("f: a's rows must be at most 2147483647 on the device, got ...").
+inline void check_int_extents(const char* function, std::initializer_list<named_extent> extents) {
+  for (const named_extent& e : extents)
+    MOECOMP_EXPECTS(e.value <= static_cast<index_t>(std::numeric_limits<int>::max()), function, ": ", e.name,
+                    " must be at most ", std::numeric_limits<int>::max(), " on the device, got ", e.value);
 }
 
 /// p holds each of 0..n-1 exactly once ("f: permutation must be a permutation of 0..3, got 5 at 2" or

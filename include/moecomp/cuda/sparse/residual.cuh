@@ -48,16 +48,23 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace sparse {
 
+namespace cuda_detail {
+/// The checks of both bitmap_row_starts overloads, before any CUDA call.
+inline void check_row_starts_arguments(const char* fn, index_t rows, index_t cols, const std::uint8_t* bits,
+                                       vector_view<std::uint64_t, device_memory> starts) {
+  MOECOMP_EXPECTS(sparse_shape_fits(rows, cols), fn, ": the shape must have fewer than 2^56 entries, got ",
+                  moecomp::detail::shape_string(rows, cols));
+  MOECOMP_EXPECTS(starts.size() == rows + 1 && starts.is_contiguous(), fn, ": starts must be contiguous with ",
+                  rows + 1, " entries (rows + 1), got ", starts.size());
+  MOECOMP_EXPECTS(bits != nullptr || rows * cols == 0, fn, ": bits must not be null");
+}
+}  // namespace cuda_detail
+
 /// Workspace bytes for bitmap_row_starts of a rows x cols bitmap.
 inline std::size_t bitmap_row_starts_workspace_size(index_t rows, index_t cols) {
   MOECOMP_EXPECTS(sparse_shape_fits(rows, cols), "bitmap_row_starts_workspace_size: the shape must have fewer than "
                   "2^56 entries, got ", moecomp::detail::shape_string(rows, cols));
-  moecomp::detail::workspace_layout layout("bitmap_row_starts_workspace_size");
-  (void)layout.take(rows, sizeof(std::uint64_t));
-  std::size_t temp = 0;
-  if (rows > 0) cuda_detail::bitmap_row_starts_passes(nullptr, temp, rows, cols, nullptr, nullptr, nullptr, nullptr);
-  (void)layout.take(static_cast<index_t>(temp), 1);
-  return layout.total();
+  return cuda_detail::plan_row_starts(rows, cols).total;
 }
 
 /// starts (rows + 1 entries, device memory) = the index of each bitmap row's first stored value, then the
@@ -67,27 +74,24 @@ inline void bitmap_row_starts(const cuda_context& ctx, index_t rows, index_t col
                               vector_view<std::uint64_t, device_memory> starts,
                               vector_view<std::byte, device_memory> workspace) {
   constexpr const char* fn = "bitmap_row_starts";
-  const std::size_t need = bitmap_row_starts_workspace_size(rows, cols);
-  MOECOMP_EXPECTS(starts.size() == rows + 1 && starts.is_contiguous(), fn, ": starts must be contiguous with ",
-                  rows + 1, " entries (rows + 1), got ", starts.size());
-  MOECOMP_EXPECTS(bits != nullptr || rows * cols == 0, fn, ": bits must not be null");
-  moecomp::detail::check_workspace(fn, need, workspace);
+  cuda_detail::check_row_starts_arguments(fn, rows, cols, bits, starts);
+  const cuda_detail::row_starts_layout plan = cuda_detail::plan_row_starts(rows, cols);
+  moecomp::detail::check_workspace(fn, plan.total, workspace);
   if (rows == 0) {
     MOECOMP_CUDA_TRY(cudaMemsetAsync(starts.data(), 0, sizeof(std::uint64_t), ctx.stream));
     return;
   }
   std::byte* base = moecomp::detail::aligned_base(workspace.data());
-  moecomp::detail::workspace_layout layout(fn);
-  auto* counts = moecomp::detail::at<std::uint64_t>(base, layout.take(rows, sizeof(std::uint64_t)));
-  std::size_t temp = 0;
-  cuda_detail::bitmap_row_starts_passes(nullptr, temp, rows, cols, bits, counts, starts.data(), ctx.stream);
-  void* temp_storage = base + layout.take(static_cast<index_t>(temp), 1);
-  cuda_detail::bitmap_row_starts_passes(temp_storage, temp, rows, cols, bits, counts, starts.data(), ctx.stream);
+  std::size_t temp_bytes = plan.temp_bytes;
+  cuda_detail::bitmap_row_starts_passes(base + plan.temp, temp_bytes, rows, cols, bits,
+                                        moecomp::detail::at<std::uint64_t>(base, plan.counts), starts.data(),
+                                        ctx.stream);
 }
 
 /// bitmap_row_starts with the workspace from ctx's allocator.
 inline void bitmap_row_starts(const cuda_context& ctx, index_t rows, index_t cols, const std::uint8_t* bits,
                               vector_view<std::uint64_t, device_memory> starts) {
+  cuda_detail::check_row_starts_arguments("bitmap_row_starts", rows, cols, bits, starts);
   moecomp::detail::scoped_workspace workspace(ctx, bitmap_row_starts_workspace_size(rows, cols));
   bitmap_row_starts(ctx, rows, cols, bits, starts, workspace.view());
 }

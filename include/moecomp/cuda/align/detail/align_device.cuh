@@ -51,13 +51,6 @@ inline constexpr int align_block = 256;
 inline constexpr int transpose_tile = 32;
 inline constexpr int transpose_rows = 8;  // threads per tile column: blocks of 32 x 8
 
-/// cuBLAS takes int dimensions and leading dimensions: refuse what does not fit.
-inline void check_int_extents(const char* fn, std::initializer_list<named_extent> extents) {
-  for (const named_extent& e : extents)
-    MOECOMP_EXPECTS(e.value <= static_cast<index_t>(INT_MAX), fn, ": ", e.name, " must be at most ", INT_MAX,
-                    " on the device, got ", e.value);
-}
-
 // ---- The inputs of the segmented sums: functors of a flat element index k (thrust::transform_iterator over
 // ---- a counting iterator), so no n x f buffer of terms is ever written.
 

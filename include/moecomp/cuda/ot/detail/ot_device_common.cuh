@@ -25,8 +25,7 @@ using namespace moecomp::detail;  // the shared device layer: cuda/core/detail, 
 
 /// The kernels index rows and columns with int where it saves registers: refuse what does not fit.
 inline void check_int_extent(const char* function, const char* what, index_t value) {
-  MOECOMP_EXPECTS(value <= static_cast<index_t>(INT_MAX), function, ": ", what, " must be at most ", INT_MAX,
-                  " on the device, got ", value);
+  check_int_extents(function, {{what, value}});
 }
 
 }  // namespace cuda_detail

@@ -88,8 +88,8 @@ struct row_byte_offset {
 using popcount_iterator = thrust::transform_iterator<byte_popcount, thrust::counting_iterator<index_t>>;
 using row_offset_iterator = thrust::transform_iterator<row_byte_offset, thrust::counting_iterator<index_t>>;
 
-/// The two CUB passes of the row starts: per-row popcounts (segmented sums), then their inclusive scan.
-/// With null temporary storage they report the bytes they need instead (CUB's convention).
+/// The two CUB passes of the row starts: per-row popcounts (segmented sums), then their inclusive scan. With
+/// null temporary storage they set `temp_bytes` to what they need (CUB's convention) and do nothing else.
 inline void bitmap_row_starts_passes(void* temp, std::size_t& temp_bytes, index_t rows, index_t cols,
                                      const std::uint8_t* bits, std::uint64_t* counts, std::uint64_t* starts,
                                      cudaStream_t stream) {
@@ -97,16 +97,30 @@ inline void bitmap_row_starts_passes(void* temp, std::size_t& temp_bytes, index_
   const popcount_iterator ones(thrust::counting_iterator<index_t>(0), byte_popcount{bits});
   const row_offset_iterator begins(thrust::counting_iterator<index_t>(0), row_byte_offset{row_bytes});
   const row_offset_iterator ends(thrust::counting_iterator<index_t>(1), row_byte_offset{row_bytes});
-  std::size_t reduce_bytes = 0, scan_bytes = 0;
-  MOECOMP_CUDA_TRY(cub::DeviceSegmentedReduce::Sum(nullptr, reduce_bytes, ones, counts, rows, begins, ends, stream));
-  MOECOMP_CUDA_TRY(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, starts + 1, rows, stream));
   if (temp == nullptr) {
+    std::size_t reduce_bytes = 0, scan_bytes = 0;
+    MOECOMP_CUDA_TRY(cub::DeviceSegmentedReduce::Sum(nullptr, reduce_bytes, ones, counts, rows, begins, ends, stream));
+    MOECOMP_CUDA_TRY(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, counts, starts + 1, rows, stream));
     temp_bytes = reduce_bytes > scan_bytes ? reduce_bytes : scan_bytes;
     return;
   }
-  MOECOMP_CUDA_TRY(cub::DeviceSegmentedReduce::Sum(temp, reduce_bytes, ones, counts, rows, begins, ends, stream));
+  MOECOMP_CUDA_TRY(cub::DeviceSegmentedReduce::Sum(temp, temp_bytes, ones, counts, rows, begins, ends, stream));
   MOECOMP_CUDA_TRY(cudaMemsetAsync(starts, 0, sizeof(std::uint64_t), stream));
-  MOECOMP_CUDA_TRY(cub::DeviceScan::InclusiveSum(temp, scan_bytes, counts, starts + 1, rows, stream));
+  MOECOMP_CUDA_TRY(cub::DeviceScan::InclusiveSum(temp, temp_bytes, counts, starts + 1, rows, stream));
+}
+
+/// Where bitmap_row_starts puts its pieces in a workspace: the row counts, then CUB's temporary storage.
+struct row_starts_layout {
+  std::size_t counts = 0, temp = 0, temp_bytes = 0, total = 0;
+};
+inline row_starts_layout plan_row_starts(index_t rows, index_t cols) {
+  row_starts_layout p;
+  moecomp::detail::workspace_layout layout("bitmap_row_starts_workspace_size");
+  p.counts = layout.take(rows, sizeof(std::uint64_t));
+  if (rows > 0) bitmap_row_starts_passes(nullptr, p.temp_bytes, rows, cols, nullptr, nullptr, nullptr, nullptr);
+  p.temp = layout.take(static_cast<index_t>(p.temp_bytes), 1);
+  p.total = layout.total();
+  return p;
 }
 
 /// The restore of one entry: base + stored value in Acc, rounded once to To (base absent: the value itself, so
