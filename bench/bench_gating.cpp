@@ -1,6 +1,6 @@
 // Routing and dispatch benchmarks at the context's threads (issue 16's workloads): 16384 tokens x 64
 // experts, softmax + top-8 + renormalise (Mixtral-style) and SADMoE's tau rule (tau 0.5, raw scores), in the
-// fixed-K layout; the dispatch plan of 16384 x top-8 ids with and without block padding (a reused plan, and a
+// fixed-K layout and in the dense layout; the dispatch plan of 16384 x top-8 ids with and without block padding (a reused plan, and a
 // new one per call). The side-by-side against torch: bench/peers/gating_vs_torch.py.
 #include <benchmark/benchmark.h>
 #include <moecomp/core/host_buffer.hpp>
@@ -38,6 +38,25 @@ void route(benchmark::State& state, gating::routing_rule rule) {
 void route_top8(benchmark::State& state) { route(state, gating::routing_rule::top_k); }
 void route_tau(benchmark::State& state) { route(state, gating::routing_rule::threshold); }
 
+// The dense T x E layout, as `moecomp gate` writes it and the torch peer computes it.
+void route_dense_layout(benchmark::State& state, gating::routing_rule rule) {
+  const index_t t = 16384, e = 64;
+  moecomp::host_matrix<float> logits(t, e), weights(t, e);
+  moecomp::random_generator rng(20);
+  rng.fill_normal(logits.view());
+  gating::routing_params p;
+  p.rule = rule;
+  p.top_k = 8;
+  p.renormalize = true;
+  p.tau = 0.5;
+  p.scores = rule == gating::routing_rule::top_k ? gating::score_function::softmax : gating::score_function::none;
+  const moecomp::host_context ctx;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(gating::route_dense<float>(ctx, p, logits.const_view(), {}, weights.view()).selected);
+}
+void route_top8_dense(benchmark::State& state) { route_dense_layout(state, gating::routing_rule::top_k); }
+void route_tau_dense(benchmark::State& state) { route_dense_layout(state, gating::routing_rule::threshold); }
+
 void dispatch(benchmark::State& state) {
   const index_t t = 16384, k = 8, e = 64;
   std::vector<std::int64_t> ids(static_cast<std::size_t>(t * k));
@@ -67,6 +86,8 @@ void dispatch_fresh_plan(benchmark::State& state) {  // a new plan (fresh alloca
 
 BENCHMARK(route_top8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(route_tau)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(route_top8_dense)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(route_tau_dense)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(dispatch)->Arg(1)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(dispatch_fresh_plan)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

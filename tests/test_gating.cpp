@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace {
@@ -211,6 +212,97 @@ TEST_CASE("top-k and the tau rules select exactly what a full sort selects, ties
             }
           }
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("float logits give the double path's answers bit for bit (the AVX-512 selection path)") {
+  // On AVX-512 targets float logits take routing_simd.hpp's vector selection (top-k with k <= 16, the
+  // threshold rules on raw logits, and a dense threshold row with no ranking); double logits always take the
+  // portable path. Both select on the same values and compute weights in double, so the float answers must be
+  // the double answers rounded once: ids equal, weights equal to float(double weight). The data has exact ties
+  // (a grid of 5 values), +0.0 against -0.0 (equal, so the lower index wins), rows where every expert ties
+  // (more than 16 candidates: the vector path hands the token to the portable one), expert counts below, at
+  // and above 16, logits on the float rounding of a threshold, and 300 tokens (a partial tile and a partial block of 16) on 1 and 2 threads.
+  // (Renormalising raw logits can divide by a zero sum: NaN on both paths, which counts as agreement.)
+  auto same = [](float x, double reference) {
+    return x == static_cast<float>(reference) || (std::isnan(x) && std::isnan(reference));
+  };
+  moecomp::random_generator rng(23);
+  const index_t t = 300;
+  for (const index_t e : {2, 7, 16, 33, 64, 100}) {
+    moecomp::host_matrix<float> logits(t, e);
+    moecomp::host_matrix<double> wide(t, e);
+    for (index_t i = 0; i < t; ++i)
+      for (index_t j = 0; j < e; ++j) {
+        // the fifth kind puts logits on float(tau * top) for tau = 0.3 and 0.7 (the paper's and the code's
+        // bounds), which round below the double bound and must not pass, and on the float just above
+        const float near_bound[4] = {1.5f, static_cast<float>(0.3 * 1.5), static_cast<float>(0.7 * 1.5),
+                                     std::nextafter(static_cast<float>(0.3 * 1.5), 2.0f)};
+        const int kind = static_cast<int>(i % 5);
+        logits(i, j) = kind == 0   ? static_cast<float>(rng.normal<double>())
+                       : kind == 1 ? static_cast<float>(rng.uniform_index(5)) - 2.0f
+                       : kind == 2 ? (rng.uniform_index(2) == 0 ? -0.0f : 0.0f) - static_cast<float>(rng.uniform_index(2))
+                       : kind == 3 ? 1.5f  // every expert ties
+                                   : (j < 4 ? near_bound[j] : -2.0f);
+        wide(i, j) = static_cast<double>(logits(i, j));
+      }
+    std::vector<gating::routing_params> cases;
+    for (const auto f : {gating::score_function::none, gating::score_function::softmax, gating::score_function::sigmoid})
+      for (const bool renormalize : {false, true})
+        for (const index_t k : {index_t(1), index_t(2), index_t(3), index_t(5), index_t(8), index_t(16), e}) {
+          if (k > e) continue;
+          auto p = rule(gating::routing_rule::top_k, f);
+          p.top_k = k;
+          p.renormalize = renormalize;
+          cases.push_back(p);
+        }
+    for (const auto r : {gating::routing_rule::threshold, gating::routing_rule::threshold_code})
+      for (const double tau : {0.0, 0.3, 0.9, 1.0})
+        for (const index_t min_k : {index_t(0), index_t(2)})
+          for (const index_t max_k : {index_t(0), index_t(3)}) {
+            auto p = rule(r);
+            p.tau = tau;
+            p.min_k = std::min(min_k, e);
+            p.max_k = std::min(max_k, e);
+            cases.push_back(p);
+          }
+    for (const auto& p : cases) {
+      CAPTURE(e);
+      const std::string rule_name = gating::to_string(p.rule), score_name = gating::to_string(p.scores);
+      CAPTURE(rule_name);
+      CAPTURE(score_name);
+      CAPTURE(p.renormalize);
+      CAPTURE(p.top_k);
+      CAPTURE(p.tau);
+      CAPTURE(p.min_k);
+      CAPTURE(p.max_k);
+      const index_t k = gating::max_experts_per_token(p, e);
+      for (const int threads : {1, 2}) {
+        const moecomp::host_context ctx(threads);
+        moecomp::host_matrix<float> dense(t, e), fixed_w(t, k);
+        moecomp::host_matrix<double> dense_ref(t, e), fixed_w_ref(t, k);
+        moecomp::host_matrix<std::int64_t> fixed_ids(t, k), fixed_ids_ref(t, k);
+        const auto r = gating::route_dense<float>(ctx, p, logits.const_view(), {}, dense.view());
+        const auto r_ref = gating::route_dense<double>(ctx, p, wide.const_view(), {}, dense_ref.view());
+        (void)gating::route_fixed<float>(ctx, p, logits.const_view(), {}, fixed_ids.view(), fixed_w.view());
+        (void)gating::route_fixed<double>(ctx, p, wide.const_view(), {}, fixed_ids_ref.view(), fixed_w_ref.view());
+        CHECK(r.selected == r_ref.selected);
+        CHECK(r.min_experts == r_ref.min_experts);
+        CHECK(r.max_experts == r_ref.max_experts);
+        index_t mismatches = 0, first_row = -1;
+        for (index_t i = 0; i < t; ++i) {
+          const index_t before = mismatches;
+          for (index_t j = 0; j < e; ++j) mismatches += same(dense(i, j), dense_ref(i, j)) ? 0 : 1;
+          for (index_t q = 0; q < k; ++q) {
+            mismatches += fixed_ids(i, q) == fixed_ids_ref(i, q) ? 0 : 1;
+            mismatches += same(fixed_w(i, q), fixed_w_ref(i, q)) ? 0 : 1;
+          }
+          if (first_row < 0 && mismatches > before) first_row = i;
+        }
+        CAPTURE(first_row);
+        CHECK(mismatches == 0);
       }
     }
   }

@@ -302,6 +302,13 @@ namespace {
 int threads_used = 0;  // what make_context settled on, for the summary (one context per run)
 }  // namespace
 
+int repeat_count(const arguments& args) {
+  const long long repeat = args.integer("--repeat", 1);
+  if (repeat < 1 || repeat > 1000000)
+    throw usage_error("option --repeat: expected an integer in [1, 1000000], got " + std::to_string(repeat));
+  return static_cast<int>(repeat);
+}
+
 moecomp::host_context make_context(const arguments& args) {
   const long long threads = args.integer("--threads", 0);
   if (threads < 0) throw usage_error("option --threads: expected an integer >= 0, got " + std::to_string(threads));

@@ -114,6 +114,11 @@ loaded_stack<T> load_float_stack(const std::string& path, const moecomp::io::npy
 /// counts beyond that are capped there, since more threads than CPUs only add overhead.
 moecomp::host_context make_context(const arguments& args);
 
+/// --repeat N (N >= 1, default 1) of the commands that time short computations: the computation runs N times
+/// in one process and "seconds" reports the fastest, as the peer scripts time their peers (best of N calls
+/// in one process). The outputs are the last run's (every run gives the same).
+int repeat_count(const arguments& args);
+
 /// Fails with a usage_error (exit 2) before any work when `bytes` exceed the memory this machine has
 /// available (and any address-space limit), naming what needs it and `alternative`, the way out.
 void require_memory(double bytes, const std::string& what, const std::string& alternative);

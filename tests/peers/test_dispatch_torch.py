@@ -70,7 +70,9 @@ class Checker(ToolRunner):
             self.check(f"T={t} K={k} E={e}: torch stable sort + bincount", ok, j if got is None else "equal")
             for block in (4, 16, 64):
                 for capacity in (0, 7):
-                    got, j = self.plan(ids, e, "--block-size", str(block), *(["--capacity", str(capacity)] if capacity else []))
+                    # --repeat builds the same plan several times (the last one is written)
+                    got, j = self.plan(ids, e, "--block-size", str(block), *(["--capacity", str(capacity)] if capacity else []),
+                                       *(["--repeat", "3"] if block == 16 else []))
                     ref = align_block_size(ids, e, block, capacity)
                     ok = got is not None and all(np.array_equal(got[n], r) for n, r in
                                                  zip(("sorted_token_ids", "expert_ids", "counts", "offsets"), ref))
@@ -94,6 +96,7 @@ class Checker(ToolRunner):
         self.expect_error("block 0", ["dispatch", self.path("ok.npy"), "--experts", "4", "--block-size", "0"],
                           "--block-size")
         self.expect_error("no --experts", ["dispatch", self.path("ok.npy")], "--experts")
+        self.expect_error("--repeat -1", ["dispatch", self.path("ok.npy"), "--experts", "4", "--repeat", "-1"], "--repeat")
 
 
 def main():

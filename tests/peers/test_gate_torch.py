@@ -69,6 +69,13 @@ class Checker(ToolRunner):
                 args = ["--top-k", str(k), "--" + fn] + (["--renormalize"] if renorm else [])
                 self.compare(f"top-{k} {fn} renorm={renorm} {np.dtype(dtype).name} vs torch", self.gate(logits, *args),
                              ref, tol)
+        logits = rng.standard_normal((2000, 64)).astype(np.float32)
+        s = torch.softmax(torch.from_numpy(logits).double(), -1)
+        w, i = torch.topk(s, 8, dim=-1)
+        ref = np.zeros(logits.shape)
+        np.put_along_axis(ref, i.numpy(), (w / w.sum(-1, keepdim=True)).numpy(), axis=1)
+        self.compare("top-8 of 64 softmax renorm float32 vs torch (the vector path)",
+                     self.gate(logits, "--top-k", "8", "--softmax", "--renormalize", "--repeat", "2"), ref, 2e-6)
         tied = rng.integers(0, 3, size=(200, 8)).astype(np.float64)
         got = self.gate(tied, "--top-k", "3", "--softmax")
         ref = np.zeros(tied.shape)
@@ -129,6 +136,15 @@ class Checker(ToolRunner):
                 k = int(np.argmax(share > tau)) + 1
                 ref[t, o[:k]] = 1.0
             self.compare(f"D2DMoE dynk cumulative tau {tau}", self.gate(r, "--cumulative", repr(tau)), ref, 0)
+        # float32 router outputs over 64 experts (the tool's vector path on AVX-512 builds): the rule compared in
+        # double, as D2DMoE's float64 transcription; --repeat must give the same weights
+        r32 = np.abs(rng.standard_normal((1000, 64))).astype(np.float32)
+        for tau in (0.3, 0.7):
+            wide = r32.astype(np.float64)
+            ref = (wide >= tau * wide.max(1, keepdims=True)).astype(float)
+            self.compare(f"SADMoE paper rule tau {tau}, float32, 64 experts", self.gate(r32, "--tau", repr(tau)), ref, 0)
+            self.compare(f"SADMoE paper rule tau {tau}, float32, --repeat 3",
+                         self.gate(r32, "--tau", repr(tau), "--repeat", "3"), ref, 0)
         logits = rng.standard_normal((400, 12)) * 2
         p = torch.softmax(torch.from_numpy(logits), -1).numpy()
         for top_p in (0.5, 0.9):
@@ -165,6 +181,7 @@ class Checker(ToolRunner):
                                                      "--top-k", "1"], "--n-group", "divide")
         self.expect_error("NaN logits", ["gate", self.path("nan.npy"), "--top-k", "2"], "nan.npy", "(3, 2)")
         self.expect_error("no rule", ["gate", e], "--top-k")
+        self.expect_error("--repeat 0", ["gate", e, "--top-k", "2", "--repeat", "0"], "--repeat", "[1, 1000000]")
 
 
 def main():

@@ -52,7 +52,8 @@ routing_result route_dense(const host_context& ctx, const routing_params& params
                                  for (index_t j = 0; j < logits.cols(); ++j) row[j] = A(0);
                                  for (index_t q = 0; q < c.count; ++q)
                                    row[c.ids[static_cast<std::size_t>(q)]] = static_cast<A>(c.weights[static_cast<std::size_t>(q)]);
-                               });
+                               },
+                               weights);
 }
 
 /// Fixed-K layout: ids (T x K) and weights (T x K), the sentinel E with weight 0 in unused slots.

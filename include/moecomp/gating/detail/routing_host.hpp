@@ -7,6 +7,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/gating/routing_types.hpp>
 #include <moecomp/gating/detail/routing_rules.hpp>
+#include <moecomp/gating/detail/routing_simd.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/lanes.hpp>
 #include <moecomp/core/detail/vector_exp.hpp>
@@ -15,11 +16,27 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace gating {
 namespace detail {
+
+/// Tokens per block of select_block (and the most experts it selects per token).
+constexpr index_t select_block_size = 16;
+
+/// select_block's per-block state.
+struct alignas(64) select_block_scratch {
+#if MOECOMP_GATING_AVX512
+  lane_candidates candidates[select_block_size];
+#endif
+  float bound[select_block_size];
+  bool served[select_block_size];
+  index_t taken[select_block_size];
+  index_t order[select_block_size * select_block_size];
+  double keys[select_block_size * select_block_size], weights[select_block_size * select_block_size];
+};
 
 /// One token's selection: `count` experts in `ids` (selection order) with `weights`; the rest is scratch.
 /// One per thread, each on its own cache lines (the vectors' headers change with every token).
@@ -28,6 +45,7 @@ struct alignas(64) token_choice {
   std::vector<index_t> order, ids, candidates;
   std::vector<double> weights;
   index_t count = 0;
+  select_block_scratch block;
 };
 
 /// The largest of x[0..n), n >= 1, in eight independent lanes combined in a fixed order (vectorisable; the
@@ -227,7 +245,7 @@ void choose(const routing_params& p, const A* logits, index_t e, const A* bias, 
     double* w = c.weights.data();
     for (index_t q = 0; q < k; ++q) {
       c.ids[static_cast<std::size_t>(q)] = c.order[static_cast<std::size_t>(q)];
-      w[q] = c.logit_keys[static_cast<std::size_t>(c.order[static_cast<std::size_t>(q)])];
+      w[q] = static_cast<double>(logits[c.order[static_cast<std::size_t>(q)]]);
     }
     c.count = k;
     if (f == score_function::softmax && !p.renormalize) {
@@ -316,10 +334,139 @@ void choose(const routing_params& p, const A* logits, index_t e, const A* bias, 
   take_prefix(k, p.rule != routing_rule::top_p);
 }
 
-/// Routes every token; `emit(token, choice)` writes the outputs. Returns the counts.
+/// Whether select_block serves these parameters: float logits on an AVX-512 target, and either the top-k
+/// rule with k <= 16 below e and weights from the selected logits alone (not the unrenormalised softmax,
+/// whose denominator needs every expert), or a threshold rule on the raw logits.
+template <class A>
+bool select_block_applies(const routing_params& p, index_t e) noexcept {
+#if MOECOMP_GATING_AVX512
+  if (!std::is_same_v<A, float>) return false;
+  if (p.rule == routing_rule::top_k)
+    return p.top_k <= select_block_size && p.top_k < e && !(p.scores == score_function::softmax && !p.renormalize);
+  return (p.rule == routing_rule::threshold || p.rule == routing_rule::threshold_code) && p.scores == score_function::none;
+#else
+  (void)p, (void)e;
+  return false;
+#endif
+}
+
+/// Top-k or a threshold rule (select_block_applies) for the n <= select_block_size tokens first .. first +
+/// n - 1, in phases over the block (bounds, then candidates, then ranks, then one run of exponentials) so
+/// that the tokens' long dependency chains overlap; `each(token, choice)` gets every token in order. Every
+/// token gets choose()'s ids and weights, bit for bit: the same selection, and the same double arithmetic on
+/// the same values in the same order (the exponential is element-wise). A token the vector path cannot
+/// serve (more than 16 candidates at its bound, fewer than min_k above a threshold, a threshold outside the
+/// float range) goes through choose().
+template <class A, class Each>
+void select_block(const routing_params& p, matrix_view<const A> logits, index_t first, index_t n, token_choice& c,
+                  Each&& each) {
+#if MOECOMP_GATING_AVX512
+  if constexpr (std::is_same_v<A, float>) {
+    const index_t e = logits.cols();
+    const bool top_k = p.rule == routing_rule::top_k;
+    select_block_scratch& s = c.block;
+    for (index_t b = 0; b < n; ++b) {
+      const float* x = logits.row_ptr(first + b);
+      if (top_k) {
+        s.bound[b] = simd_top_k_bound(x, e, p.top_k);
+        s.served[b] = true;
+      } else {
+        const double top = static_cast<double>(simd_max(x, e));
+        s.served[b] = float_at_or_above(p.rule == routing_rule::threshold ? p.tau * top : (1.0 - p.tau) * top, s.bound[b]);
+      }
+    }
+    for (index_t b = 0; b < n; ++b) {
+      if (s.served[b]) s.candidates[b] = simd_gather_candidates(logits.row_ptr(first + b), e, s.bound[b]);
+      else s.candidates[b].count = 17;  // defined, and too many for the vector ranking
+    }
+    for (index_t b = 0; b < n; ++b) {
+      index_t* order = s.order + b * select_block_size;
+      const index_t count = s.candidates[b].count;
+      s.served[b] = s.served[b] && count <= 16 && (top_k || count >= p.min_k);
+      s.taken[b] = !s.served[b] ? 0 : top_k ? p.top_k : p.max_k > 0 ? std::min(count, p.max_k) : count;
+      if (s.served[b]) simd_order_candidates(s.candidates[b], s.taken[b], order);
+    }
+    double* w = s.weights;
+    if (top_k) {
+      const index_t k = p.top_k;
+      for (index_t b = 0; b < n; ++b)
+        for (index_t q = 0; q < k; ++q)  // a token not served reads expert 0: a placeholder
+          w[b * k + q] = s.served[b] ? static_cast<double>(logits(first + b, s.order[b * select_block_size + q])) : 0.0;
+      if (p.scores != score_function::none) {
+        for (index_t b = 0; b < n; ++b) {
+          const double shift = p.scores == score_function::softmax ? w[b * k] : 0.0;  // the largest logit
+          for (index_t q = 0; q < k; ++q)
+            s.keys[b * k + q] = p.scores == score_function::softmax ? w[b * k + q] - shift : -w[b * k + q];
+        }
+        moecomp::detail::exp_into(s.keys, w, n * k);
+        if (p.scores == score_function::sigmoid)
+          for (index_t q = 0; q < n * k; ++q) w[q] = 1.0 / (1.0 + w[q]);
+      }
+      if (p.renormalize)
+        for (index_t b = 0; b < n; ++b) {
+          double total = 0;
+          for (index_t q = 0; q < k; ++q) total += w[b * k + q];
+          for (index_t q = 0; q < k; ++q) w[b * k + q] /= total;
+        }
+    }
+    for (index_t b = 0; b < n; ++b) {
+      if (!s.served[b]) {
+        choose(p, logits.row_ptr(first + b), e, static_cast<const A*>(nullptr), c);
+      } else {
+        const index_t k = s.taken[b];
+        c.ids.assign(s.order + b * select_block_size, s.order + b * select_block_size + k);
+        if (top_k) c.weights.assign(w + b * k, w + (b + 1) * k);
+        else c.weights.assign(static_cast<std::size_t>(k), 1.0);
+        c.count = k;
+      }
+      each(first + b, c);
+    }
+    return;
+  }
+#endif
+  (void)p, (void)logits, (void)first, (void)n, (void)c, (void)each;
+}
+
+/// Whether threshold_dense_row serves these parameters: float logits on an AVX-512 target, a threshold rule
+/// on the raw logits, and no min_k (a row that needs more than pass is ranked by choose()).
+template <class A>
+bool threshold_dense_applies(const routing_params& p) noexcept {
+  return MOECOMP_GATING_AVX512 && std::is_same_v<A, float> && p.scores == score_function::none && p.min_k == 0 &&
+         (p.rule == routing_rule::threshold || p.rule == routing_rule::threshold_code);
+}
+
+/// A threshold rule's dense row straight from the logits: 1 where x_j >= bound, else 0, with no ranking (the
+/// dense layout has no selection order). Returns how many passed, or -1 where choose() must take the token
+/// (the bound outside the float range, or more passing than max_k, which keeps only the best max_k).
+template <class A>
+index_t threshold_dense_row(const routing_params& p, const A* x, index_t e, A* row) noexcept {
+  const index_t max_k = p.max_k;  // read once: the row's stores could alias p as far as the compiler knows
+#if MOECOMP_GATING_AVX512
+  if constexpr (std::is_same_v<A, float>) {
+    const double top = static_cast<double>(simd_max(x, e));
+    float bound = 0;
+    if (!float_at_or_above(p.rule == routing_rule::threshold ? p.tau * top : (1.0 - p.tau) * top, bound)) return -1;
+    const __m512 b = _mm512_set1_ps(bound), ones = _mm512_set1_ps(1.0f);
+    index_t count = 0;
+    for (index_t j = 0; j < e; j += 16) {
+      const __mmask16 valid = first_lanes(e - j);
+      const __mmask16 pass = _mm512_mask_cmp_ps_mask(valid, _mm512_maskz_loadu_ps(valid, x + j), b, _CMP_GE_OQ);
+      count += _mm_popcnt_u32(pass);
+      _mm512_mask_storeu_ps(row + j, valid, _mm512_maskz_mov_ps(pass, ones));
+    }
+    return max_k > 0 && count > max_k ? -1 : count;  // choose() then rewrites the row
+  }
+#endif
+  (void)p, (void)x, (void)e, (void)row, (void)max_k;
+  return -1;
+}
+
+/// Routes every token; `emit(token, choice)` writes the outputs. Returns the counts. `dense`, when given, is
+/// the dense output that emit writes: rows the threshold rules can write directly (threshold_dense_row) skip
+/// the selection order and emit.
 template <class A, class Emit>
 routing_result route_host(const host_context& ctx, const routing_params& p, matrix_view<const A> logits,
-                          const A* bias, Emit&& emit) {
+                          const A* bias, Emit&& emit, matrix_view<A> dense = {}) {
   const index_t t_count = logits.rows(), e = logits.cols();
   const int threads = std::max(1, ctx.threads());
   std::vector<token_choice> scratch(static_cast<std::size_t>(threads));
@@ -334,12 +481,33 @@ routing_result route_host(const host_context& ctx, const routing_params& p, matr
   moecomp::detail::parallel_for(tiles, threads, [&](index_t b, int thread) {
     token_choice& c = scratch[static_cast<std::size_t>(thread)];
     tile_counts mine;  // written back once: neighbouring tiles' counts share cache lines
-    for (index_t t = b * tile; t < std::min(t_count, (b + 1) * tile); ++t) {
-      choose(p, logits.row_ptr(t), e, bias, c);
-      mine.selected += c.count;
-      mine.fewest = std::min(mine.fewest, c.count);
-      mine.most = std::max(mine.most, c.count);
-      emit(t, c);
+    auto record = [&](index_t t, const token_choice& choice) {
+      mine.selected += choice.count;
+      mine.fewest = std::min(mine.fewest, choice.count);
+      mine.most = std::max(mine.most, choice.count);
+      emit(t, choice);
+    };
+    const index_t end = std::min(t_count, (b + 1) * tile);
+    if (dense.rows() == t_count && dense.cols() == e && threshold_dense_applies<A>(p)) {
+      for (index_t t = b * tile; t < end; ++t) {
+        const index_t count = threshold_dense_row(p, logits.row_ptr(t), e, dense.row_ptr(t));
+        if (count >= 0) {
+          mine.selected += count;
+          mine.fewest = std::min(mine.fewest, count);
+          mine.most = std::max(mine.most, count);
+        } else {
+          choose(p, logits.row_ptr(t), e, bias, c);
+          record(t, c);
+        }
+      }
+    } else if (select_block_applies<A>(p, e)) {
+      for (index_t t = b * tile; t < end; t += select_block_size)
+        select_block(p, logits, t, std::min(select_block_size, end - t), c, record);
+    } else {
+      for (index_t t = b * tile; t < end; ++t) {
+        choose(p, logits.row_ptr(t), e, bias, c);
+        record(t, c);
+      }
     }
     counts[static_cast<std::size_t>(b)] = mine;
   });
