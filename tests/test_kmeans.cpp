@@ -5,6 +5,9 @@
 #include <moecomp/cluster/kmeans.hpp>
 #include <moecomp/cluster/moefication.hpp>
 #include <moecomp/cluster/detail/kmeans_rules.hpp>
+#include <moecomp/cluster/detail/kmeans_balanced_auction.hpp>
+#include <moecomp/cluster/detail/kmeans_transport.hpp>
+#include <moecomp/ot/auction_assignment.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
 
@@ -495,4 +498,100 @@ TEST_CASE("moefication_split: bad input is refused with a message naming the arg
   w1(7, 0) = std::nan("");
   CHECK(thrown_message([&] { cluster::moefication_split<double>(host_context(), p, ffn, out); }) ==
         "moefication_split: w1 must be finite, got nan at (7, 0)");
+}
+
+TEST_CASE("balanced kmeans step as a replicated assignment (the device auction's reduction, on the host)") {
+  // The equal-size transportation problem (n points, k centres of capacity c = n / k) solved two ways: the
+  // network simplex of the k-means step, and the host auction on the n x n cost of each centre's column
+  // replicated c times, mapped back by q / c; then the transportation dual built from the auction's prices
+  // (kmeans_balanced_auction.hpp, the functions the device kernels run) must certify the auction's cost
+  // within its bound n x (final epsilon).
+  namespace kd = cluster::detail;
+  const index_t n = 60, k = 4, c = n / k, d = 3;
+  for (const bool integer_costs : {false, true}) {
+    CAPTURE(integer_costs);
+    moecomp::random_generator rng(integer_costs ? 77 : 71);
+    // Overlapping points and centres, so the capacities bind.
+    std::vector<double> cost(static_cast<std::size_t>(n * k));
+    host_matrix<double> x(n, d), centres(k, d);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t t = 0; t < d; ++t) x(i, t) = rng.normal<double>() + (i % 3 == 0 ? 2.0 : 0.0);
+    for (index_t j = 0; j < k; ++j)
+      for (index_t t = 0; t < d; ++t) centres(j, t) = 0.5 * rng.normal<double>();
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < k; ++j) {
+        double s = 0;
+        for (index_t t = 0; t < d; ++t) s += (x(i, t) - centres(j, t)) * (x(i, t) - centres(j, t));
+        cost[static_cast<std::size_t>(i * k + j)] = integer_costs ? std::round(10.0 * s) : s;
+      }
+    // The exact step: the network simplex.
+    const host_context ctx;
+    kd::size_bounded_transport transport(ctx, n, k, c, c);
+    for (index_t i = 0; i < n; ++i)
+      std::copy(cost.begin() + i * k, cost.begin() + (i + 1) * k, transport.cost_row(i));
+    std::vector<std::int64_t> exact_labels(static_cast<std::size_t>(n), -1);
+    CHECK(transport.solve(ctx, exact_labels.data()) <= 1e-12);
+    double optimum = 0;
+    for (index_t i = 0; i < n; ++i)
+      optimum += cost[static_cast<std::size_t>(i * k + exact_labels[static_cast<std::size_t>(i)])];
+    // The reduction: the replicated cost, the host auction, the labels q / c.
+    host_matrix<double> replicated(n, n);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t q = 0; q < n; ++q) replicated(i, q) = kd::replicated_cost(cost.data(), k, c, i, q);
+    host_vector<index_t> columns(n);
+    host_vector<double> prices(n);
+    const moecomp::ot::auction_result r = moecomp::ot::auction_assignment(
+        ctx, moecomp::ot::auction_params{}, replicated.const_view(), columns.view(), prices.view());
+    REQUIRE(r.ok());
+    std::vector<index_t> sizes(static_cast<std::size_t>(k), 0);
+    double auction_cost = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const index_t label = kd::replicated_centre(columns[i], c);
+      REQUIRE(label >= 0);
+      REQUIRE(label < k);
+      ++sizes[static_cast<std::size_t>(label)];
+      auction_cost += cost[static_cast<std::size_t>(i * k + label)];
+    }
+    for (index_t j = 0; j < k; ++j) CHECK(sizes[static_cast<std::size_t>(j)] == c);  // exact sizes
+    CHECK(auction_cost == doctest::Approx(r.cost).epsilon(1e-12));
+    CHECK(auction_cost >= optimum - 1e-9 * optimum);                 // no better than the optimum
+    CHECK(auction_cost - optimum <= r.criterion + 1e-9 * optimum);   // within the auction's bound
+    if (integer_costs) CHECK(auction_cost == optimum);               // exact on integer costs
+    // The certificate: v_j = -(mean of centre j's copies' prices), u_i = min_j (C_ij - v_j).
+    std::vector<double> v(static_cast<std::size_t>(k));
+    for (index_t j = 0; j < k; ++j) v[static_cast<std::size_t>(j)] = kd::centre_potential(prices.data(), j, c);
+    double row_sum = 0;
+    for (index_t i = 0; i < n; ++i) {
+      const double u = kd::row_potential(cost.data() + i * k, v.data(), k);
+      for (index_t j = 0; j < k; ++j)  // (u, v) is feasible
+        CHECK(u + v[static_cast<std::size_t>(j)] <= cost[static_cast<std::size_t>(i * k + j)] + 1e-12 * optimum);
+      row_sum += u;
+    }
+    const double dual = kd::balanced_dual(row_sum, v.data(), k, c);
+    CHECK(dual <= optimum + 1e-9 * optimum);                       // weak duality
+    CHECK(r.cost - dual >= -1e-9 * optimum);
+    CHECK(r.cost - dual <= r.criterion + 1e-9 * optimum);          // the gap is within the bound
+    const double gap = kd::relative_gap(r.cost, dual);
+    CHECK(gap <= r.criterion / std::max(1.0, r.cost) + 1e-9);
+  }
+  // Which steps the device sends to the auction: equal sizes, asked for, within the memory limit.
+  cluster::kmeans_params p;
+  p.clusters = 4;
+  p.size_min = p.size_max = 15;
+  CHECK_FALSE(kd::uses_balanced_auction(p, 60));  // the default: the network simplex
+  p.balanced_solver = cluster::kmeans_balanced_solver::device_auction;
+  CHECK(kd::uses_balanced_auction(p, 60));
+  p.size_max = 20;
+  CHECK_FALSE(kd::uses_balanced_auction(p, 60));  // unequal bounds: the host network simplex
+  p.clusters = 8;
+  p.size_min = p.size_max = 2048;
+  CHECK(kd::uses_balanced_auction(p, 16384));     // 2 GiB of doubles: the limit
+  p.clusters = 5;
+  p.size_min = p.size_max = 3277;
+  CHECK_FALSE(kd::uses_balanced_auction(p, 16385));
+  CHECK(std::string(cluster::to_string(cluster::kmeans_balanced_solver::device_auction)) == "device-auction");
+  CHECK(cluster::parse_kmeans_balanced_solver("network-simplex") == cluster::kmeans_balanced_solver::network_simplex);
+  CHECK(cluster::parse_kmeans_balanced_solver("device-auction") == cluster::kmeans_balanced_solver::device_auction);
+  CHECK(thrown_message([] { cluster::parse_kmeans_balanced_solver("auction"); }) ==
+        "balanced solver: expected network-simplex or device-auction, got 'auction'");
 }

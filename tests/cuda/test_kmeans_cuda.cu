@@ -1,8 +1,11 @@
 // Device k-means against the host's (host_reference.cpp): on planted blobs (well-separated clusters, so no
 // label sits near a tie) the same labels, iterations and status, centres and inertia to rounding, for
 // given, random-rows and k-means++ starts, sample weights, strided views and size bounds; the re-seeding
-// of an emptied cluster; bit-identical repeated runs; caller workspaces. Argument checks run before any
-// device work and pass without a GPU. The rest runs under `ctest -L cuda`.
+// of an emptied cluster; bit-identical repeated runs; caller workspaces; the equal-size step by the device
+// auction (kmeans_balanced_solver::device_auction: the host's labels on planted equal clusters, exact sizes,
+// its certificate within its bound, a swap test of the last step on unstructured data). Argument checks run
+// before any device work and pass without a GPU. The rest runs under `ctest -L cuda`. The device-auction
+// cases are compiled, not yet run on hardware.
 #include <doctest/doctest.h>
 #include <moecomp/cuda/moecomp.cuh>
 
@@ -112,6 +115,19 @@ void require_same_fit(const fit<T>& host, const fit<T>& device) {
   CHECK(worst <= tol);
 }
 
+/// k planted clusters of exactly n / k points (row i in cluster i % k), centres 20 apart, spread 1.
+template <class T>
+moecomp::host_matrix<T> equal_blobs(index_t n, index_t d, index_t k, std::uint64_t seed) {
+  moecomp::random_generator rng(seed);
+  moecomp::host_matrix<T> centres(k, d), x(n, d);
+  for (index_t j = 0; j < k; ++j)
+    for (index_t c = 0; c < d; ++c) centres(j, c) = static_cast<T>(20.0 * rng.normal<double>());
+  for (index_t i = 0; i < n; ++i)
+    for (index_t c = 0; c < d; ++c)
+      x(i, c) = static_cast<T>(static_cast<double>(centres(i % k, c)) + rng.normal<double>());
+  return x;
+}
+
 /// The first k rows as centres.
 template <class T>
 moecomp::host_matrix<T> first_rows(const moecomp::host_matrix<T>& x, index_t k) {
@@ -216,4 +232,87 @@ TEST_CASE("device kmeans re-seeds an emptied cluster as the host does, and repea
   CHECK(second.labels == first.labels);
   CHECK(second.centers == first.centers);
   CHECK(second.result.inertia == first.result.inertia);
+}
+
+TEST_CASE_TEMPLATE("device kmeans: the equal-size step by the device auction", T, float, double) {
+  device_fixture fixture;
+  const moecomp::cuda_context ctx(fixture.stream, fixture.handle);
+  const index_t n = 600, d = 12, k = 6, c = n / k;
+  cluster::kmeans_params params;
+  params.clusters = k;
+  params.init = cluster::kmeans_init::given;
+  params.size_min = params.size_max = c;
+  cluster::kmeans_params auction = params;
+  auction.balanced_solver = cluster::kmeans_balanced_solver::device_auction;
+  // The workspace holds the replicated n x n cost (doubles) and the auction's own.
+  CHECK(cluster::kmeans_workspace_size<T>(auction, n, d) >=
+        cluster::kmeans_workspace_size<T>(params, n, d) + sizeof(double) * static_cast<std::size_t>(n * n));
+  // Unequal bounds keep the network simplex: the same workspace as without the choice.
+  cluster::kmeans_params unequal = auction;
+  unequal.size_min = c - 10;
+  cluster::kmeans_params unequal_simplex = params;
+  unequal_simplex.size_min = c - 10;
+  CHECK(cluster::kmeans_workspace_size<T>(unequal, n, d) == cluster::kmeans_workspace_size<T>(unequal_simplex, n, d));
+
+  // Planted equal clusters: every step's optimum is unique by a wide margin, so the auction (within its
+  // bound) finds the network simplex's labels, and the fit is the host's.
+  const auto x = equal_blobs<T>(n, d, k, 41);
+  const auto host = host_fit(params, x, {}, first_rows(x, k));
+  const auto device = device_fit(ctx, auction, x, {}, first_rows(x, k), d);
+  require_same_fit(host, device);
+  for (index_t s : device.sizes) CHECK(s == c);
+  CHECK(device.result.assignment_bound > 0);
+  CHECK(device.result.assignment_bound <= 1e-4);  // range / 1e6 against a cost of about n d
+  CHECK(device.result.assignment_gap <= device.result.assignment_bound + 1e-12);
+  const auto with_workspace = device_fit(ctx, auction, x, {}, first_rows(x, k), d + 3, true);
+  CHECK(with_workspace.labels == device.labels);
+  CHECK(with_workspace.centers == device.centers);  // strided x, caller's workspace: the same arithmetic
+  CHECK(with_workspace.result.inertia == device.result.inertia);
+
+  // Unstructured data, one iteration (tolerance 0): the returned labels are the last step's, against the
+  // returned centres. Exact sizes, the certificate within the bound, no swap of two rows' centres lowers
+  // the cost by more than the bound (2-opt, a necessary condition of optimality), bit-identical reruns.
+  moecomp::host_matrix<T> u(240, 4);
+  moecomp::random_generator rng(43);
+  for (index_t i = 0; i < u.rows(); ++i)
+    for (index_t col = 0; col < u.cols(); ++col) u(i, col) = static_cast<T>(rng.uniform<double>());
+  cluster::kmeans_params one = auction;
+  one.clusters = 4;
+  one.size_min = one.size_max = 60;
+  one.max_iterations = 1;
+  one.tolerance = 0;
+  const auto first = device_fit(ctx, one, u, {}, first_rows(u, 4), 4);
+  const auto again = device_fit(ctx, one, u, {}, first_rows(u, 4), 4);
+  CHECK(again.labels == first.labels);
+  CHECK(again.centers == first.centers);
+  CHECK(again.result.assignment_gap == first.result.assignment_gap);
+  for (index_t s : first.sizes) CHECK(s == 60);
+  CHECK(first.result.assignment_gap <= first.result.assignment_bound + 1e-12);
+  std::vector<double> cost(static_cast<std::size_t>(240 * 4));
+  double total = 0;
+  for (index_t i = 0; i < 240; ++i) {
+    for (index_t j = 0; j < 4; ++j) {
+      double s = 0;
+      for (index_t col = 0; col < 4; ++col) {
+        const double t = static_cast<double>(u(i, col)) -
+                         static_cast<double>(first.centers[static_cast<std::size_t>(j * 4 + col)]);
+        s += t * t;
+      }
+      cost[static_cast<std::size_t>(i * 4 + j)] = s;
+    }
+    total += cost[static_cast<std::size_t>(i * 4 + first.labels[static_cast<std::size_t>(i)])];
+  }
+  // The device compares GEMM-form costs in T: allow their rounding on top of the auction's bound.
+  const double slack = first.result.assignment_bound * std::max(1.0, total) + (std::is_same_v<T, float> ? 1e-4 : 1e-10);
+  double worst = 0;
+  for (index_t i = 0; i < 240; ++i)
+    for (index_t h = i + 1; h < 240; ++h) {
+      const auto a = static_cast<std::size_t>(first.labels[static_cast<std::size_t>(i)]);
+      const auto b = static_cast<std::size_t>(first.labels[static_cast<std::size_t>(h)]);
+      if (a == b) continue;
+      const double gain = cost[static_cast<std::size_t>(i) * 4 + a] + cost[static_cast<std::size_t>(h) * 4 + b] -
+                          cost[static_cast<std::size_t>(i) * 4 + b] - cost[static_cast<std::size_t>(h) * 4 + a];
+      worst = std::max(worst, gain);
+    }
+  CHECK(worst <= slack);
 }

@@ -36,6 +36,33 @@ inline kmeans_init parse_kmeans_init(std::string_view name) {
                "'");
 }
 
+/// Which solver the DEVICE k-means uses for the size-bounded assignment step (the host k-means always uses
+/// the network simplex and ignores this choice).
+///  * network_simplex: the exact transportation problem, solved on the host by the network simplex (the
+///    n x k costs cross to the host every iteration). Any bounds. The default.
+///  * device_auction: with equal sizes (size_min == size_max == n / k) the step is the n x n assignment
+///    problem of each centre's column replicated n / k times, solved on the device by the auction
+///    (<moecomp/cuda/ot/auction_assignment.cuh>): within a reported bound of the optimum, not exact
+///    (kmeans_result::assignment_bound). Unequal bounds, or a replicated cost over 2 GiB (n > 16384), run
+///    the network simplex instead. Compiled, not run on hardware (docs/kmeans.md, "Device").
+enum class kmeans_balanced_solver { network_simplex, device_auction };
+
+inline const char* to_string(kmeans_balanced_solver s) noexcept {
+  switch (s) {
+    case kmeans_balanced_solver::network_simplex: return "network-simplex";
+    case kmeans_balanced_solver::device_auction: return "device-auction";
+  }
+  return "unknown";
+}
+
+/// Parses "network-simplex" or "device-auction"; throws invalid_argument naming the accepted values otherwise.
+inline kmeans_balanced_solver parse_kmeans_balanced_solver(std::string_view name) {
+  for (kmeans_balanced_solver s : {kmeans_balanced_solver::network_simplex, kmeans_balanced_solver::device_auction})
+    if (name == to_string(s)) return s;
+  MOECOMP_FAIL(error_kind::invalid_argument, "balanced solver: expected network-simplex or device-auction, got '",
+               std::string(name), "'");
+}
+
 struct kmeans_params {
   /// k, the number of clusters: 1 <= k <= n.
   index_t clusters = 8;
@@ -59,6 +86,8 @@ struct kmeans_params {
   /// means no upper bound. Equal sizes (the MoEfication split): size_min = size_max = n / k.
   index_t size_min = 0;
   index_t size_max = 0;
+  /// The device k-means's solver for the size-bounded step (see kmeans_balanced_solver); the host ignores it.
+  kmeans_balanced_solver balanced_solver = kmeans_balanced_solver::network_simplex;
 };
 
 /// Whether params ask for size bounds (a constrained assignment step).
@@ -86,8 +115,14 @@ struct kmeans_result : convergence_info {
   index_t reseeded = 0;
   /// With size bounds: the largest duality gap of the winning run's assignment steps, cost - (sum_i u_i +
   /// sum_j b_j v_j) of each exact transportation problem, relative to max(1, cost): 0 up to rounding, a
-  /// certificate that every assignment step was optimal. 0 without bounds.
+  /// certificate that every assignment step was optimal. 0 without bounds. With the device auction
+  /// (kmeans_balanced_solver::device_auction) the gap of the transportation dual built from the auction's
+  /// prices (docs/kmeans.md, "Device"): at most assignment_bound, not 0.
   double assignment_gap = 0;
+  /// With the device auction: the largest proven bound of the winning run's assignment steps, n x (final
+  /// epsilon) relative to max(1, cost); each step's cost is within it of the optimum, and so is its gap.
+  /// 0 when every step was solved exactly (the network simplex, or no bounds).
+  double assignment_bound = 0;
 };
 
 }  // namespace cluster

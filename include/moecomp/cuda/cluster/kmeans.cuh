@@ -7,9 +7,20 @@
 // ||c_j||^2 - 2 x_i . c_j (cub::WarpReduce, ties to the lowest j: the shared rule of
 // cluster/detail/kmeans_rules.hpp). The centre update lists each cluster's rows with cub::DeviceHistogram,
 // cub::DeviceScan and a stable cub::DeviceRadixSort, and sums them in increasing row order in double, as
-// the host does. With size bounds (balanced k-means) the costs are formed on the device and the exact
-// transportation problem is solved ON THE HOST by the network simplex (a device solver is not written): the
-// n x k costs (doubles) cross to the host and the labels back, every iteration.
+// the host does. With size bounds (balanced k-means) the costs are formed on the device and, by default
+// (params.balanced_solver = network_simplex), the exact transportation problem is solved ON THE HOST by the
+// network simplex: the n x k costs (doubles) cross to the host and the labels back, every iteration. With
+// params.balanced_solver = device_auction and EQUAL sizes (size_min == size_max == n / k, the MoEfication
+// split) the step stays on the device: the n x n cost of each centre's column replicated c = n / k times
+// is gathered and solved by the device auction (<moecomp/cuda/ot/auction_assignment.cuh>, automatic
+// epsilon schedule, cold start), column q maps to centre q / c, and the result reports the duality gap of
+// the transportation dual built from the auction's prices (v_j = minus the mean price of centre j's
+// copies, u_i = min_j (cost_ij - v_j)) in assignment_gap and the auction's proven bound n x (final
+// epsilon), relative to max(1, cost), in assignment_bound: the step is within that bound of the optimum,
+// not exact, so labels can differ from the host's where assignments are that close. Unequal bounds, and
+// equal ones whose replicated cost would exceed 2 GiB of doubles (n > 16384), run the host network simplex
+// instead (assignment_bound then 0). The device auction step is COMPILED, NOT RUN ON HARDWARE, and its
+// speed is unmeasured (docs/kmeans.md, "Device").
 //
 // Agreement with the host: the same draws (random rows: identical starts; k-means++: the potentials and
 // running sums come from CUB reductions and scans, whose rounding differs from the host's sequential sums,
@@ -20,19 +31,23 @@
 //
 // Asynchrony: SYNCHRONISES ctx.stream, several times per iteration (the changed-label count, the cluster
 // sizes and the shift are read back to apply the stopping rules on the host). Everything is on the device
-// except the size-bounded transportation problem and the k-means++ choice among candidates.
+// except the size-bounded transportation problem (unless solved by the device auction) and the k-means++
+// choice among candidates.
 // Workspace: about n (3 sizeof(T) + 40) + 3 k d sizeof(T) + min(n, 2^24 / k) k sizeof(T) bytes, plus 2 trials n
-// doubles for k-means++ and n k doubles with size bounds (kmeans_workspace_size). Without a workspace
+// doubles for k-means++, n k doubles with size bounds, and with the device auction step n^2 + 2 n doubles
+// plus the auction's workspace (about 40 n bytes) (kmeans_workspace_size). Without a workspace
 // argument it comes from ctx's allocator for the call. Needs a cuBLAS handle in ctx for speed (without one
 // a temporary handle is created for the call).
 // Checks: the parameters and shapes as on the host; the values of x and of the weights are NOT checked on
 // the device (a NaN in x shows as a non-finite inertia and status numerical_error).
-// Determinism: no floating-point atomics; CUB's reductions and scans and cuBLAS are run-to-run
-// deterministic on the same GPU and CUDA version, so the result is bit-identical from run to run there.
+// Determinism: no floating-point atomics; CUB's reductions and scans, cuBLAS and the device auction (exact
+// conflict resolution) are run-to-run deterministic on the same GPU and CUDA version, so the result is
+// bit-identical from run to run there.
 // Limits: n and d at most 2^31 - 1.
 //
-// Hardware: its tests (tests/cuda/test_kmeans_cuda.cu) pass on an H100 (2026-11-26); sm_80 compiled, not
-// run. See docs/cuda.md.
+// Hardware: its tests (tests/cuda/test_kmeans_cuda.cu) pass on an H100 (2026-11-26), except the
+// device-auction step's case, written since: compiled, not run on hardware. sm_80 compiled, not run. See
+// docs/cuda.md.
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>

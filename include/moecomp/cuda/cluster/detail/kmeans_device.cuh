@@ -11,8 +11,12 @@
 //               and writes the new centre and its share of the squared shift;
 //   re-seeding: the rows' squared distances to their centres (one thread per row, in column order, as the
 //               host), sorted descending by cub::DeviceRadixSort (stable: ties to the lowest row);
-//   balanced:   the costs are formed on the device, the exact transportation problem is solved on the host
-//               by the network simplex (kmeans_transport.hpp), and the labels go back up;
+//   balanced:   the costs are formed on the device; by default the exact transportation problem is solved on
+//               the host by the network simplex (kmeans_transport.hpp) and the labels go back up; with
+//               kmeans_balanced_solver::device_auction and equal sizes it stays on the device: the n x n cost
+//               of each centre's column replicated c = n / k times is gathered, solved by the device auction
+//               (<moecomp/cuda/ot/auction_assignment.cuh>), the columns mapped back to centres (q / c), and
+//               the transportation dual built from the prices (kmeans_balanced_auction.hpp);
 //   k-means++:  the distances and potentials on the device (cuBLAS, cub::DeviceScan,
 //               cub::DeviceSegmentedReduce), the draws on the host from the same generator streams.
 // The host reads back a few scalars per iteration (the changed count, the cluster sizes, the shift), so a
@@ -21,6 +25,7 @@
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/cluster/detail/kmeans_rules.hpp>
 #include <moecomp/cluster/detail/kmeans_transport.hpp>
+#include <moecomp/cluster/detail/kmeans_balanced_auction.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/random.hpp>
@@ -31,6 +36,7 @@
 #include <moecomp/cuda/core/detail/block_reduce.cuh>
 #include <moecomp/cuda/core/detail/cublas.cuh>
 #include <moecomp/cuda/core/detail/workspace.cuh>
+#include <moecomp/cuda/ot/auction_assignment.cuh>
 
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -72,12 +78,16 @@ struct kmeans_plan {
   index_t n = 0, d = 0, k = 0, trials = 0, tile_rows = 0, column_blocks = 0;
   int sort_bits = 1;
   bool plus_plus = false, bounded = false;
+  bool auction = false;  // the equal-size step by the device auction (kmeans_balanced_auction.hpp)
+  index_t copies = 0;    // with auction: c = n / k, the copies of each centre's column
   std::size_t x_norms = 0, center_norms = 0, centers = 0, next_centers = 0, best_centers = 0, tile = 0;
   std::size_t labels = 0, best_labels = 0, keys = 0, sorted_keys = 0, row_ids = 0, sorted_rows = 0;
   std::size_t counts = 0, offsets = 0, shift_parts = 0, row_values = 0, sorted_values = 0;
   std::size_t cumulative = 0, trial_dist = 0, weighted = 0, candidates = 0, candidate_norms = 0, candidate_ids = 0;
   std::size_t targets = 0, segment_offsets = 0, potentials = 0, bounded_costs = 0, reseed_pairs = 0;
   std::size_t column_stats = 0, cub_temp = 0, cub_temp_bytes = 0, bytes = 0;
+  std::size_t replicated = 0, prices = 0, columns = 0, centre_potentials = 0, dual_sum = 0;
+  std::size_t auction_workspace = 0, auction_workspace_bytes = 0;
 };
 
 /// Bytes of CUB temporary storage the fit's calls need (the largest of them): a query, no launch.
@@ -165,6 +175,17 @@ kmeans_plan make_kmeans_plan(const char* function, const kmeans_params& params, 
     p.potentials = layout.take(p.trials, sizeof(double));
   }
   if (p.bounded) p.bounded_costs = layout.take(n * p.k, sizeof(double));
+  p.auction = p.bounded && cluster::detail::uses_balanced_auction(params, n);
+  if (p.auction) {
+    p.copies = n / p.k;
+    p.replicated = layout.take(n * n, sizeof(double));  // <= balanced_auction_max_cost_bytes
+    p.prices = layout.take(n, sizeof(double));
+    p.columns = layout.take(n, sizeof(index_t));
+    p.centre_potentials = layout.take(p.k, sizeof(double));
+    p.dual_sum = layout.take(1, sizeof(double));
+    p.auction_workspace_bytes = ot::auction_assignment_workspace_size<double>(ot::auction_params{}, n, n);
+    p.auction_workspace = layout.take(static_cast<index_t>(p.auction_workspace_bytes), 1);
+  }
   p.cub_temp_bytes = cub_temp_bytes<T>(n, p.k, p.trials, p.sort_bits);
   p.cub_temp = layout.take(static_cast<index_t>(p.cub_temp_bytes), 1);
   p.bytes = layout.total();
@@ -307,6 +328,44 @@ MOECOMP_KERNEL void __launch_bounds__(kmeans_block)
   }
 }
 
+/// The equal-size step's n x n assignment cost: entry (i, q) = cost(i, q / c), each centre's column
+/// replicated c times (kmeans_balanced_auction.hpp).
+MOECOMP_KERNEL void __launch_bounds__(kmeans_block)
+    replicate_cost_kernel(const double* cost, index_t n, index_t k, index_t copies, double* out) {
+  const index_t total = n * n;
+  for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    const index_t i = e / n, q = e - i * n;
+    out[e] = cluster::detail::replicated_cost(cost, k, copies, i, q);
+  }
+}
+
+/// The auction's columns to labels (q / c), as int64 and int keys; counts the labels that changed.
+MOECOMP_KERNEL void auction_labels_kernel(const index_t* columns, index_t n, index_t copies, std::int64_t* labels,
+                                          int* keys, int* changed) {
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<index_t>(gridDim.x) * blockDim.x) {
+    const index_t label = cluster::detail::replicated_centre(columns[i], copies);
+    if (labels[i] != label) atomicAdd(changed, 1);  // an integer count: order does not matter
+    labels[i] = label;
+    keys[i] = static_cast<int>(label);
+  }
+}
+
+/// v_j = -(mean price of centre j's copies), one thread per centre (the shared rule, copy order).
+MOECOMP_KERNEL void centre_potentials_kernel(const double* prices, index_t k, index_t copies, double* v) {
+  for (index_t j = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k;
+       j += static_cast<index_t>(gridDim.x) * blockDim.x)
+    v[j] = cluster::detail::centre_potential(prices, j, copies);
+}
+
+/// u_i = min_j (C(i, j) - v_j), one thread per row (the shared rule, centre order).
+MOECOMP_KERNEL void row_potentials_kernel(const double* cost, index_t n, index_t k, const double* v, double* u) {
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<index_t>(gridDim.x) * blockDim.x)
+    u[i] = cluster::detail::row_potential(cost + i * k, v, k);
+}
+
 /// k-means++: dist(t, i) = min(closest_i, gemm_form_distance(...)) for the tile's rows and every candidate,
 /// and weighted(t, i) = w_i dist(t, i); with `first_centre` (one point, no closest yet) closest_i itself.
 template <class T>
@@ -391,7 +450,8 @@ class device_kmeans {
         base_(aligned_base(workspace)),
         blas_(ctx),
         pinned_ints_(2 * plan.k + 1),
-        pinned_doubles_(std::max<index_t>(plan.k * plan.column_blocks, std::max<index_t>(plan.trials, 1))) {}
+        pinned_doubles_(std::max<index_t>(std::max<index_t>(plan.k * plan.column_blocks, plan.k + 1),
+                                          std::max<index_t>(plan.trials, 1))) {}
 
   kmeans_result fit(matrix_view<T, device_memory> centers, vector_view<std::int64_t, device_memory> labels,
                     vector_view<index_t, device_memory> sizes) {
@@ -402,7 +462,7 @@ class device_kmeans {
     iota_kernel<<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(piece<int>(plan_.row_ids), n);
     MOECOMP_CUDA_TRY(cudaGetLastError());
     scaled_tolerance_ = params_.tolerance == 0 ? 0.0 : params_.tolerance * mean_column_variance();
-    if (plan_.bounded) {
+    if (plan_.bounded && !plan_.auction) {
       transport_.emplace(host_, n, k, params_.size_min, params_.size_max > 0 ? params_.size_max : n);
       host_labels_.assign(static_cast<std::size_t>(n), -1);
     }
@@ -509,9 +569,8 @@ class device_kmeans {
     }
   }
 
-  /// The assignment step with size bounds: the costs on the device, the exact transportation problem on
-  /// the host, the labels back up. Returns the relative duality gap; `changed` gets the labels that moved.
-  double assign_bounded(index_t& changed) {
+  /// The size-bounded step's costs, w_i ||x_i - c_j||^2 (n x k doubles), into bounded_costs.
+  double* form_bounded_costs() {
     const index_t n = plan_.n, k = plan_.k;
     center_norms();
     double* costs = piece<double>(plan_.bounded_costs);
@@ -522,6 +581,56 @@ class device_kmeans {
           data_, piece<T>(plan_.tile), rows, first, piece<T>(plan_.x_norms), piece<T>(plan_.center_norms), costs);
       MOECOMP_CUDA_TRY(cudaGetLastError());
     }
+    return costs;
+  }
+
+  /// The equal-size step on the device (kmeans_balanced_auction.hpp): the replicated n x n cost, the device
+  /// auction (cold start, automatic epsilon schedule), the labels q / c with the changed count in counts[k],
+  /// and the certificate. Returns the relative gap of the transportation dual built from the prices;
+  /// `bound` gets the auction's proven bound n x (final epsilon) relative to max(1, cost).
+  double assign_balanced_auction(double& bound) {
+    const index_t n = plan_.n, k = plan_.k, c = plan_.copies;
+    const double* costs = form_bounded_costs();
+    double* replicated = piece<double>(plan_.replicated);
+    replicate_cost_kernel<<<grid_for(n * n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(costs, n, k, c, replicated);
+    MOECOMP_CUDA_TRY(cudaGetLastError());
+    double* prices = piece<double>(plan_.prices);
+    index_t* columns = piece<index_t>(plan_.columns);
+    const ot::auction_result r = ot::auction_assignment(
+        ctx_, ot::auction_params{}, matrix_view<const double, device_memory>(replicated, n, n),
+        vector_view<index_t, device_memory>(columns, n), vector_view<double, device_memory>(prices, n),
+        vector_view<std::byte, device_memory>(piece<std::byte>(plan_.auction_workspace),
+                                              static_cast<index_t>(plan_.auction_workspace_bytes)));
+    MOECOMP_ENSURES(r.ok(), "kmeans: the device auction of the equal-size assignment step ended ", to_string(r.status));
+    int* changed = piece<int>(plan_.counts) + k;
+    MOECOMP_CUDA_TRY(cudaMemsetAsync(changed, 0, sizeof(int), ctx_.stream));
+    auction_labels_kernel<<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(
+        columns, n, c, piece<std::int64_t>(plan_.labels), piece<int>(plan_.keys), changed);
+    MOECOMP_CUDA_TRY(cudaGetLastError());
+    double* v = piece<double>(plan_.centre_potentials);
+    centre_potentials_kernel<<<grid_for(k, kmeans_block), kmeans_block, 0, ctx_.stream>>>(prices, k, c, v);
+    MOECOMP_CUDA_TRY(cudaGetLastError());
+    double* u = piece<double>(plan_.row_values);  // free during the assignment step
+    row_potentials_kernel<<<grid_for(n, kmeans_block), kmeans_block, 0, ctx_.stream>>>(costs, n, k, v, u);
+    MOECOMP_CUDA_TRY(cudaGetLastError());
+    std::size_t bytes = plan_.cub_temp_bytes;
+    MOECOMP_CUDA_TRY(cub::DeviceReduce::Sum(cub_temp(), bytes, static_cast<const double*>(u),
+                                            piece<double>(plan_.dual_sum), static_cast<int>(n), ctx_.stream));
+    MOECOMP_CUDA_TRY(cudaMemcpyAsync(pinned_doubles_.data(), v, sizeof(double) * static_cast<std::size_t>(k),
+                                     cudaMemcpyDeviceToHost, ctx_.stream));
+    MOECOMP_CUDA_TRY(cudaMemcpyAsync(pinned_doubles_.data() + k, piece<double>(plan_.dual_sum), sizeof(double),
+                                     cudaMemcpyDeviceToHost, ctx_.stream));
+    MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx_.stream));
+    const double dual = cluster::detail::balanced_dual(pinned_doubles_[k], pinned_doubles_.data(), k, c);
+    bound = r.criterion / std::max(1.0, std::abs(r.cost));
+    return cluster::detail::relative_gap(r.cost, dual);
+  }
+
+  /// The assignment step with size bounds: the costs on the device, the exact transportation problem on
+  /// the host, the labels back up. Returns the relative duality gap; `changed` gets the labels that moved.
+  double assign_bounded(index_t& changed) {
+    const index_t n = plan_.n, k = plan_.k;
+    const double* costs = form_bounded_costs();
     size_bounded_transport& transport = *transport_;
     copy_rows_async<double>(ctx_, transport.cost_row(0), transport.cost_stride(), costs, k, k, n,
                             cudaMemcpyDeviceToHost);
@@ -716,8 +825,15 @@ class device_kmeans {
     result.status = status::iteration_limit;
     bool labels_settled = false;
     MOECOMP_CUDA_TRY(cudaMemsetAsync(piece<std::int64_t>(plan_.labels), 0xff, sizeof(std::int64_t) * n, ctx_.stream));
-    if (plan_.bounded) std::fill(host_labels_.begin(), host_labels_.end(), -1);
+    if (plan_.bounded && !plan_.auction) std::fill(host_labels_.begin(), host_labels_.end(), -1);
     auto assign_step = [&]() -> index_t {
+      if (plan_.auction) {
+        double bound = 0;
+        result.assignment_gap = std::max(result.assignment_gap, assign_balanced_auction(bound));
+        result.assignment_bound = std::max(result.assignment_bound, bound);
+        read_counts(true);
+        return pinned_ints_[plan_.k];
+      }
       if (plan_.bounded) {
         index_t changed = 0;
         result.assignment_gap = std::max(result.assignment_gap, assign_bounded(changed));
