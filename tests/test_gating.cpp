@@ -352,3 +352,89 @@ TEST_CASE("SADMoE extras: the square Hoyer measure and the Appendix B FLOPs mode
   CHECK_THROWS_WITH_AS(gating::dynamic_k_flops(768, 4.0, 128, 200.0, 128), "dynamic_k_flops: k must be in [0, 128], got 200",
                        moecomp::invalid_argument);
 }
+
+TEST_CASE("DeepSeek group rules: the shared MOECOMP_HOST_DEVICE pieces (group score, masking, weights)") {
+  namespace rules = moecomp::gating::detail;
+  // A group's two largest, a repeated maximum counting twice; V3 sums them, V2 takes the largest.
+  rules::group_top_two t = rules::empty_top_two();
+  for (double v : {3.0, 1.0, 3.0, -2.0}) rules::add_to_top_two(t, v);
+  CHECK(t.first == 3.0);
+  CHECK(t.second == 3.0);
+  CHECK(rules::group_score(t, true) == 6.0);
+  CHECK(rules::group_score(t, false) == 3.0);
+  // Merging any split of the values (the device's warp reduction) gives the sequential result.
+  moecomp::random_generator rng(21);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const auto n = static_cast<index_t>(1 + rng.uniform_index(12));
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<double>(rng.uniform_index(5)) - 2.0;  // many ties
+    rules::group_top_two all = rules::empty_top_two(), merged = rules::empty_top_two();
+    for (double x : v) rules::add_to_top_two(all, x);
+    for (index_t first = 0; first < n;) {  // random parts
+      const index_t len = std::min<index_t>(n - first, static_cast<index_t>(1 + rng.uniform_index(4)));
+      rules::group_top_two part = rules::empty_top_two();
+      for (index_t j = first; j < first + len; ++j) rules::add_to_top_two(part, v[static_cast<std::size_t>(j)]);
+      merged = trial % 2 ? rules::merge_top_two(merged, part) : rules::merge_top_two(part, merged);
+      first += len;
+    }
+    std::vector<double> sorted = v;
+    std::sort(sorted.begin(), sorted.end(), [](double a, double b) { return a > b; });
+    CHECK(all.first == sorted[0]);
+    CHECK(all.second == (n > 1 ? sorted[1] : -static_cast<double>(INFINITY)));
+    CHECK(merged.first == all.first);
+    CHECK(merged.second == all.second);
+  }
+  // Dropped groups' keys become 0.0 (HF's mask), kept keys stay, negative ones too.
+  CHECK(rules::masked_group_key(-0.5, false) == 0.0);
+  CHECK(rules::masked_group_key(-0.5, true) == -0.5);
+  CHECK(rules::masked_group_key(0.7, true) == 0.7);
+  // The weights: V3 normalises (with renormalize) and then scales; V2 does one or the other.
+  const double w = 0.3, sum = 0.8;
+  CHECK(rules::group_rule_weight(gating::routing_rule::deepseek_v3, w, sum, 4, true, 2.5) == w / (sum + 1e-20) * 2.5);
+  CHECK(rules::group_rule_weight(gating::routing_rule::deepseek_v3, w, sum, 4, false, 2.5) == w * 2.5);
+  CHECK(rules::group_rule_weight(gating::routing_rule::group_limited_greedy, w, sum, 4, true, 2.5) == w / (sum + 1e-20));
+  CHECK(rules::group_rule_weight(gating::routing_rule::group_limited_greedy, w, sum, 1, true, 2.5) == w * 2.5);
+  CHECK(rules::group_rule_weight(gating::routing_rule::group_limited_greedy, w, sum, 4, false, 2.5) == w * 2.5);
+  // route_fixed's DeepSeek-V3 token equals a transcription built from these pieces: 8 experts, 4 groups of 2,
+  // 2 kept (groups 1 and 3), top-4, a bias that makes a kept key negative: it ranks below the dropped groups'
+  // 0.0 keys, so the fourth expert is expert 0 of a dropped group (HF's mask), with its own score as weight.
+  const std::vector<double> logits = {2.0, -1.0, 0.5, 0.4, -3.0, -2.5, 1.0, 1.2};
+  const std::vector<double> bias = {0.0, -1.2, 0.1, 0.0, 0.0, 0.0, 0.0, -0.9};
+  auto p = rule(gating::routing_rule::deepseek_v3);
+  p.n_group = 4;
+  p.topk_group = 2;
+  p.top_k = 4;
+  p.renormalize = true;
+  p.routed_scaling_factor = 2.0;
+  std::vector<std::int64_t> ids(4);
+  std::vector<double> weights(4);
+  (void)gating::route_fixed<double>(moecomp::host_context(1), p, moecomp::make_matrix_view(logits.data(), 1, 8),
+                                    moecomp::make_vector_view(bias.data(), 8), moecomp::make_matrix_view(ids.data(), 1, 4),
+                                    moecomp::make_matrix_view(weights.data(), 1, 4));
+  std::vector<double> s(8), key(8), score(4);
+  for (std::size_t j = 0; j < 8; ++j) {
+    s[j] = 1.0 / (1.0 + std::exp(-logits[j]));
+    key[j] = s[j] + bias[j];
+  }
+  for (std::size_t g = 0; g < 4; ++g) {
+    rules::group_top_two two = rules::empty_top_two();
+    rules::add_to_top_two(two, key[2 * g]);
+    rules::add_to_top_two(two, key[2 * g + 1]);
+    score[g] = rules::group_score(two, true);
+  }
+  std::vector<std::size_t> groups = {0, 1, 2, 3};
+  std::stable_sort(groups.begin(), groups.end(), [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+  for (std::size_t j = 0; j < 8; ++j)
+    key[j] = rules::masked_group_key(key[j], j / 2 == groups[0] || j / 2 == groups[1]);
+  std::vector<std::size_t> order = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key[a] > key[b]; });
+  CHECK(order[0] == 6);
+  CHECK(order[1] == 2);
+  CHECK(order[2] == 3);
+  CHECK(order[3] == 0);
+  const double total = s[order[0]] + s[order[1]] + s[order[2]] + s[order[3]];
+  for (std::size_t q = 0; q < 4; ++q) {
+    CHECK(ids[q] == static_cast<std::int64_t>(order[q]));
+    CHECK(weights[q] == doctest::Approx(rules::group_rule_weight(p.rule, s[order[q]], total, 4, true, 2.0)).epsilon(1e-14));
+  }
+}

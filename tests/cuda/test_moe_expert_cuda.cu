@@ -1,15 +1,19 @@
 // The device FFN expert forward (<moecomp/cuda/moe/expert.cuh>) against a direct double loop, as the host's
 // tests/test_moe_expert.cpp: every activation, gated or not, with or without biases, float, double, bfloat16 and
 // half storage, strided tokens, more tokens than one chunk; the hidden activations feed W2; the stack forward
-// equals the per-expert forward; repeated runs give the same bits; caller workspaces. Argument checks run before
-// any device work and pass without a GPU. The rest runs under `ctest -L cuda`.
+// equals the per-expert forward; repeated runs give the same bits; caller workspaces. And the device MoE layer
+// forward against the host's (Mixtral-like, Qwen2-like with a gated shared expert, DeepSeek-V3 / V2, an
+// expert_map; compiled, not yet run on hardware). Argument checks run before any device work and pass without a
+// GPU. The rest runs under `ctest -L cuda`.
 #include <doctest/doctest.h>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
 #include <moecomp/cuda/core/device_buffer.cuh>
 #include <moecomp/cuda/moe/expert.cuh>
+#include <moecomp/cuda/moe/layer.cuh>
 
 #include "device_test_support.cuh"
+#include "layer_reference.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -285,4 +289,234 @@ TEST_CASE("device ffn_stack_forward: each expert's output, as the single-expert 
     CHECK(std::equal(one.data(), one.data() + n * d, all.data() + a * n * d));
     CHECK(relative_error(host[static_cast<std::size_t>(a)], p.act, x, one, false, 1) <= 2e-5);
   }
+}
+
+// ---- The device MoE layer forward (<moecomp/cuda/moe/layer.cuh>) against the host's moe_layer_forward
+// (layer_reference.cpp). Compiled, not yet run on hardware. Tokens and router rows are multiples of 1/8 and
+// 1/16 small enough that x router^T is exact in float under any summation order: the host's and cuBLAS's
+// logits are the same bits, so both sides route alike (ties included) and only the experts' GEMMs differ.
+
+namespace {
+
+/// A stack of `count` experts in W (host storage) and its device copy.
+template <class W>
+struct layer_stack {
+  index_t count = 0, d = 0, d_ff = 0;
+  std::vector<W> w1, w3, w2;
+  moecomp::device_buffer<W> d1, d3, d2;
+  layer_stack(const moecomp::cuda_context& ctx, index_t count_, index_t d_, index_t d_ff_, std::uint64_t seed)
+      : count(count_), d(d_), d_ff(d_ff_) {
+    moecomp::random_generator rng(seed);
+    auto draw = [&](std::vector<W>& v, index_t n, double scale) {
+      for (index_t i = 0; i < n; ++i) v.push_back(moecomp::convert_to<W>(scale * rng.normal<double>()));
+    };
+    draw(w1, count * d_ff * d, 1.0 / std::sqrt(double(d)));
+    draw(w3, count * d_ff * d, 1.0 / std::sqrt(double(d)));
+    draw(w2, count * d * d_ff, 1.0 / std::sqrt(double(d_ff)));
+    auto put = [&](const std::vector<W>& v, moecomp::device_buffer<W>& b) {
+      b = moecomp::device_buffer<W>(ctx, static_cast<index_t>(v.size()));
+      moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
+    };
+    put(w1, d1);
+    put(w3, d3);
+    put(w2, d2);
+  }
+  moe::ffn_expert_stack_view<W> host() const {
+    moe::ffn_expert_stack_view<W> s;
+    s.w1 = moecomp::make_matrix_stack_view(w1.data(), count, d_ff, d);
+    s.w3 = moecomp::make_matrix_stack_view(w3.data(), count, d_ff, d);
+    s.w2 = moecomp::make_matrix_stack_view(w2.data(), count, d, d_ff);
+    return s;
+  }
+  moe::ffn_expert_stack_device_view<W> device() const {
+    moe::ffn_expert_stack_device_view<W> s;
+    s.w1 = moecomp::make_device_matrix_stack_view(static_cast<const W*>(d1.data()), count, d_ff, d);
+    s.w3 = moecomp::make_device_matrix_stack_view(static_cast<const W*>(d3.data()), count, d_ff, d);
+    s.w2 = moecomp::make_device_matrix_stack_view(static_cast<const W*>(d2.data()), count, d, d_ff);
+    return s;
+  }
+};
+
+/// n x m float values k / denominator with k an integer in [-limit, limit] (exactly representable).
+std::vector<float> grid_values(index_t n, index_t m, double denominator, int limit, std::uint64_t seed) {
+  moecomp::random_generator rng(seed);
+  std::vector<float> v(static_cast<std::size_t>(n * m));
+  for (auto& x : v)
+    x = static_cast<float>((static_cast<double>(rng.uniform_index(static_cast<std::uint64_t>(2 * limit + 1))) - limit) /
+                           denominator);
+  return v;
+}
+
+std::vector<float> device_copy_of(const moecomp::device_buffer<float>& b, index_t n, const device_fixture& f) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  moecomp::copy_to_host(f.context(), b.view().as_const().subview(0, n), moecomp::make_vector_view(out.data(), n));
+  f.sync();
+  return out;
+}
+
+struct layer_case {
+  index_t tokens = 96, d = 32, d_ff = 48, experts = 8, stack = 8, shared = 0, shared_d_ff = 64;
+  bool gate = false, bias = false;
+  std::vector<std::int64_t> map;
+  moe::moe_layer_params params;
+};
+
+/// Runs one layer on the host and on the device (both workspace overloads) and compares: y to 1e-5 relative
+/// (to the larger of |y| and the output's RMS), the routing counts exactly, the two device runs bit for bit.
+template <class W>
+void check_layer(const layer_case& c, std::uint64_t seed) {
+  device_fixture f;
+  const auto ctx = f.context();
+  const index_t t = c.tokens, d = c.d, e = c.experts;
+  const auto x = grid_values(t, d, 8.0, 16, seed);
+  const auto router = grid_values(e, d, 16.0, 8, seed + 1);
+  const auto gate = grid_values(1, d, 64.0, 8, seed + 2);
+  std::vector<float> bias;
+  moecomp::random_generator rng(seed + 3);
+  if (c.bias)
+    for (index_t j = 0; j < e; ++j) bias.push_back(static_cast<float>(0.5 * rng.normal<double>()));
+  const layer_stack<W> experts(ctx, c.stack, d, c.d_ff, seed + 4);
+  const layer_stack<W> shared(ctx, std::max<index_t>(c.shared, 1), d, c.shared_d_ff, seed + 5);
+  auto upload = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    moecomp::device_buffer<T> b(ctx, std::max<index_t>(static_cast<index_t>(v.size()), 1));
+    if (!v.empty()) moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
+    return b;
+  };
+  const auto dx = upload(x), drouter = upload(router), dgate = upload(gate), dbias = upload(bias);
+  const auto dmap = upload(c.map);
+  moe::moe_layer_view<W> host;
+  host.router = moecomp::make_matrix_view(router.data(), e, d);
+  host.experts = experts.host();
+  moe::moe_layer_device_view<W> dev;
+  dev.router = moecomp::matrix_view<const float, moecomp::device_memory>(drouter.data(), e, d);
+  dev.experts = experts.device();
+  if (c.bias) {
+    host.router_bias = moecomp::make_vector_view(bias.data(), e);
+    dev.router_bias = moecomp::vector_view<const float, moecomp::device_memory>(dbias.data(), e);
+  }
+  if (!c.map.empty()) {
+    host.expert_map = moecomp::make_vector_view(c.map.data(), e);
+    dev.expert_map = moecomp::vector_view<const std::int64_t, moecomp::device_memory>(dmap.data(), e);
+  }
+  if (c.shared > 0) {
+    host.shared = shared.host();
+    dev.shared = shared.device();
+    if (c.gate) {
+      host.shared_gate = moecomp::make_matrix_view(gate.data(), 1, d);
+      dev.shared_gate = moecomp::matrix_view<const float, moecomp::device_memory>(dgate.data(), 1, d);
+    }
+  }
+  std::vector<float> y_host(static_cast<std::size_t>(t * d));
+  const auto r_host = moecomp_test::host_moe_layer_forward<W>(c.params, host, moecomp::make_matrix_view(x.data(), t, d),
+                                                              moecomp::make_matrix_view(y_host.data(), t, d));
+  moecomp::device_buffer<float> dy1(ctx, t * d), dy2(ctx, t * d);
+  const auto xv = moecomp::matrix_view<const float, moecomp::device_memory>(dx.data(), t, d);
+  const auto r1 = moe::moe_layer_forward<W>(ctx, c.params, dev, xv, dy1.view(t, d));
+  moecomp::device_buffer<std::byte> ws(ctx, static_cast<index_t>(moe::moe_layer_forward_workspace_size<W>(c.params, dev, t)));
+  const auto r2 = moe::moe_layer_forward<W>(ctx, c.params, dev, xv, dy2.view(t, d), ws.view());
+  const auto y1 = device_copy_of(dy1, t * d, f), y2 = device_copy_of(dy2, t * d, f);
+  CHECK(r1.tokens == r_host.tokens);
+  CHECK(r1.selected == r_host.selected);
+  CHECK(r1.min_experts == r_host.min_experts);
+  CHECK(r1.max_experts == r_host.max_experts);
+  CHECK(r1.experts_per_token_mean == r_host.experts_per_token_mean);
+  CHECK(r2.selected == r1.selected);
+  double rms = 0;
+  for (float v : y_host) rms += double(v) * double(v);
+  rms = std::sqrt(rms / static_cast<double>(y_host.size()));
+  REQUIRE(rms > 0);
+  index_t bad = 0;
+  for (std::size_t i = 0; i < y_host.size(); ++i)
+    if (!(std::abs(double(y1[i]) - double(y_host[i])) <= 1e-5 * std::max(rms, std::abs(double(y_host[i]))))) ++bad;
+  CHECK(bad == 0);
+  CHECK(y1 == y2);  // the allocator and the caller's workspace: the same bits
+}
+
+}  // namespace
+
+TEST_CASE("device moe_layer_forward: argument checks run before any device work") {
+  const moecomp::cuda_context ctx(nullptr);
+  float storage[512] = {0};
+  moe::moe_layer_device_view<float> layer;
+  layer.router = moecomp::matrix_view<const float, moecomp::device_memory>(storage, 4, 8);
+  layer.experts.w1 = moecomp::make_device_matrix_stack_view(static_cast<const float*>(storage), 4, 6, 8);
+  layer.experts.w2 = moecomp::make_device_matrix_stack_view(static_cast<const float*>(storage), 4, 8, 6);
+  const auto x = moecomp::matrix_view<const float, moecomp::device_memory>(storage, 5, 8);
+  moe::moe_layer_params p;
+  CHECK_THROWS_WITH_AS(moe::moe_layer_forward<float>(ctx, p, layer, x,
+                                                     moecomp::matrix_view<float, moecomp::device_memory>(storage + 64, 5, 7)),
+                       "moe_layer_forward: y must be 5 x 8, got 5 x 7", moecomp::invalid_argument);
+  const auto y = moecomp::matrix_view<float, moecomp::device_memory>(storage + 64, 5, 8);
+  std::int64_t map_storage[4] = {0, 0, 0, 0};
+  layer.expert_map = moecomp::vector_view<const std::int64_t, moecomp::device_memory>(map_storage, 3);
+  CHECK_THROWS_WITH_AS(moe::moe_layer_forward<float>(ctx, p, layer, x, y),
+                       "moe_layer_forward: expert_map must have 4 entries (router rows), got 3", moecomp::invalid_argument);
+  layer.expert_map = {};
+  layer.router_bias = moecomp::vector_view<const float, moecomp::device_memory>(storage, 4);  // top_k takes no bias
+  CHECK_THROWS_AS(moe::moe_layer_forward<float>(ctx, p, layer, x, y), moecomp::invalid_argument);
+  layer.router_bias = {};
+  p.routing.top_k = 5;
+  CHECK_THROWS_WITH_AS(moe::moe_layer_forward<float>(ctx, p, layer, x, y),
+                       "moe_layer_forward: params.top_k must be in [1, 4] (the experts), got 5", moecomp::invalid_argument);
+  p.routing.top_k = 2;
+  layer.shared_gate = moecomp::matrix_view<const float, moecomp::device_memory>(storage, 1, 7);
+  CHECK_THROWS_WITH_AS(moe::moe_layer_forward<float>(ctx, p, layer, x, y),
+                       "moe_layer_forward: shared_gate must be empty or 1 x 8, got 1 x 7", moecomp::invalid_argument);
+}
+
+TEST_CASE("device moe_layer_forward equals the host's: Mixtral-like top-2, float and bfloat16 weights") {
+  layer_case c;
+  c.params.routing.top_k = 2;
+  c.params.routing.renormalize = true;
+  check_layer<float>(c, 100);
+  check_layer<moecomp::bfloat16>(c, 110);
+  c.tokens = 1;  // decode: one token
+  check_layer<float>(c, 120);
+}
+
+TEST_CASE("device moe_layer_forward equals the host's: Qwen2-MoE-like top-4 with a gated shared expert") {
+  layer_case c;
+  c.experts = c.stack = 16;
+  c.shared = 1;
+  c.gate = true;
+  c.params.routing.top_k = 4;
+  c.params.routing.renormalize = false;
+  check_layer<float>(c, 200);
+  c.gate = false;  // two shared experts, no gate (DeepSeek's form)
+  c.shared = 2;
+  check_layer<float>(c, 210);
+}
+
+TEST_CASE("device moe_layer_forward equals the host's: DeepSeek-V3 with bias, groups and scaling") {
+  layer_case c;
+  c.experts = c.stack = 32;
+  c.shared = 1;
+  c.bias = true;
+  c.params.routing.rule = moecomp::gating::routing_rule::deepseek_v3;
+  c.params.routing.n_group = 4;
+  c.params.routing.topk_group = 2;
+  c.params.routing.top_k = 4;
+  c.params.routing.renormalize = true;
+  c.params.routing.routed_scaling_factor = 2.5;
+  check_layer<float>(c, 300);
+  c.bias = false;  // DeepSeek-V2's rule
+  c.params.routing.rule = moecomp::gating::routing_rule::group_limited_greedy;
+  c.params.routing.scores = moecomp::gating::score_function::softmax;
+  c.params.routing.renormalize = false;
+  check_layer<float>(c, 310);
+}
+
+TEST_CASE("device moe_layer_forward equals the host's: an HC-SMoE expert_map and a dynamic-k rule") {
+  layer_case c;
+  c.stack = 3;
+  c.map = {0, 1, 1, 2, 0, 2, 1, 0};  // slots of one token in one group each add their weight
+  c.params.routing.top_k = 3;
+  c.params.routing.renormalize = true;
+  check_layer<float>(c, 400);
+  c.params.routing.rule = moecomp::gating::routing_rule::threshold;
+  c.params.routing.scores = moecomp::gating::score_function::softmax;
+  c.params.routing.tau = 0.3;
+  c.params.routing.max_k = 4;
+  check_layer<float>(c, 410);
 }

@@ -42,6 +42,7 @@
 #include <moecomp/cuda/ot/sinkhorn.cuh>
 #include <moecomp/cuda/gating/routing.cuh>
 #include <moecomp/cuda/moe/expert.cuh>
+#include <moecomp/cuda/moe/layer.cuh>
 #include <moecomp/cuda/similarity/cka.cuh>
 #include <moecomp/cuda/align/align.cuh>
 #include <moecomp/cuda/merge/merge.cuh>

@@ -34,8 +34,8 @@ void check_ffn_expert(const char* fn, const moe::ffn_expert_view<W>& e) {
                    e.b3.size(), e.b2.size(), e.gated());
 }
 
-template <class W>
-void check_ffn_stack(const char* fn, const moe::ffn_expert_stack_view<W>& s) {
+template <class Stack>
+void check_ffn_stack(const char* fn, const Stack& s) {
   const index_t e = s.experts(), d_ff = s.d_ff(), d = s.d_model();
   MOECOMP_EXPECTS(e >= 1, fn, ": the stack must hold at least one expert, got 0");
   if (s.gated())

@@ -5,8 +5,15 @@
 // route_fixed: one warp per token, scores (softmax by warp reductions in double, sigmoid, none) and the
 // experts taken in descending-score order by warp argmax rounds under the shared tie rule (lowest index on
 // ties), any expert count up to 512; the rules top_k and the dynamic ones (threshold, threshold_code,
-// cumulative, top_p, with min_k / max_k) through the same MOECOMP_HOST_DEVICE rules as the host. The
-// group-limited DeepSeek rules are host-only for now (invalid_argument here).
+// cumulative, top_p, with min_k / max_k) through the same MOECOMP_HOST_DEVICE rules as the host, and the
+// DeepSeek group rules: deepseek_v3 (sigmoid scores plus the optional selection-only bias, a group's score the
+// sum of its two largest corrected keys) and group_limited_greedy (V2: params.scores, a group's score its
+// largest), each group's score by one warp reduction, the topk_group best groups by argmax rounds, the other
+// groups' keys masked to 0.0 as HF's routers do, then top_k rounds, the weights from the uncorrected scores
+// normalised with + 1e-20 and scaled as on the host (the group score, the masking and the weight rule are
+// gating/detail/routing_rules.hpp's functions, which the host's group_limited runs too). Cost per token of
+// the group rules: n_group + topk_group + top_k warp reductions. The group rules were written after the
+// hardware run below: compiled, not run on hardware.
 // make_dispatch_plan: a stable cub::DeviceRadixSort of the flat ids (end_bit = ceil(log2(E + 1))),
 // cub::DeviceHistogram counts, cub::DeviceScan offsets, a scatter kernel with the capacity, a kernel for the
 // per-block expert ids; no hand-written sort or scan.
@@ -36,18 +43,17 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace gating {
 
-/// Fixed-K routing on the device (see above): logits T x E, ids and weights T x K (K >= max_experts_per_token),
-/// all device memory; bias must be empty (the selection bias belongs to the host-only deepseek_v3 rule).
+/// Fixed-K routing on the device (see above): logits T x E, bias (E entries with deepseek_v3: the selection-only
+/// correction; else empty), ids and weights T x K (K >= max_experts_per_token), all device memory. The bias is
+/// not checked for finiteness on the device (nor are the logits).
 template <class A, class UL, std::enable_if_t<moecomp::detail::is_input_of_v<UL, A>, int> = 0>
 void route_fixed(const cuda_context& ctx, const routing_params& params, matrix_view<UL, device_memory> logits,
+                 moecomp::detail::type_identity_t<vector_view<const A, device_memory>> bias,
                  matrix_view<std::int64_t, device_memory> ids, matrix_view<A, device_memory> weights) {
   moecomp::detail::check_device_element_type<A>();
   constexpr const char* fn = "route_fixed";
   const index_t t = logits.rows(), e = logits.cols(), k = ids.cols();
-  detail::check_routing_params(fn, params, e, 0);
-  MOECOMP_EXPECTS(params.rule != routing_rule::deepseek_v3 && params.rule != routing_rule::group_limited_greedy, fn,
-                  ": params.rule must be top_k or a dynamic rule on the device (the DeepSeek group rules are host-only "
-                  "for now), got ", to_string(params.rule));
+  detail::check_routing_params(fn, params, e, bias.size());
   MOECOMP_EXPECTS(e <= cuda_detail::routing_max_experts, fn, ": logits must have at most ",
                   cuda_detail::routing_max_experts, " experts (columns) on the device, got ", e);
   MOECOMP_EXPECTS(ids.rows() == t && k >= detail::max_experts_per_token(params, e), fn, ": ids must be ", t,
@@ -56,19 +62,39 @@ void route_fixed(const cuda_context& ctx, const routing_params& params, matrix_v
   MOECOMP_EXPECTS(weights.rows() == t && weights.cols() == k, fn, ": weights must be ",
                   moecomp::detail::shape_string(t, k), " like ids, got ",
                   moecomp::detail::shape_string(weights.rows(), weights.cols()));
+  MOECOMP_EXPECTS(k <= static_cast<index_t>(INT_MAX), fn, ": ids must have at most ", INT_MAX,
+                  " columns on the device, got ", k);
   if (t == 0) return;
+  const bool grouped = params.rule == routing_rule::deepseek_v3 || params.rule == routing_rule::group_limited_greedy;
   const cuda_detail::routing_kernel_params p{params.rule,
-                                             params.rule == routing_rule::top_k ? params.scores : params.scores,
+                                             params.rule == routing_rule::deepseek_v3 ? score_function::sigmoid
+                                                                                      : params.scores,
                                              static_cast<int>(params.top_k),
                                              static_cast<int>(params.min_k),
                                              static_cast<int>(params.max_k),
                                              params.renormalize,
-                                             params.tau};
-  cuda_detail::routing_kernel<A><<<moecomp::detail::grid_for(t, cuda_detail::routing_warps), cuda_detail::routing_block,
-                                   0, ctx.stream>>>(logits.data(), logits.row_stride(), t, static_cast<int>(e), p,
-                                                    ids.data(), ids.row_stride(), weights.data(), weights.row_stride(),
-                                                    static_cast<int>(k));
+                                             params.tau,
+                                             static_cast<int>(params.n_group),
+                                             static_cast<int>(params.topk_group),
+                                             params.routed_scaling_factor};
+  const auto grid = moecomp::detail::grid_for(t, cuda_detail::routing_warps);
+  const A* b = bias.empty() ? nullptr : bias.data();
+  if (grouped)
+    cuda_detail::routing_kernel<A, true><<<grid, cuda_detail::routing_block, 0, ctx.stream>>>(
+        logits.data(), logits.row_stride(), t, static_cast<int>(e), p, b, bias.stride(), ids.data(), ids.row_stride(),
+        weights.data(), weights.row_stride(), static_cast<int>(k));
+  else
+    cuda_detail::routing_kernel<A, false><<<grid, cuda_detail::routing_block, 0, ctx.stream>>>(
+        logits.data(), logits.row_stride(), t, static_cast<int>(e), p, b, bias.stride(), ids.data(), ids.row_stride(),
+        weights.data(), weights.row_stride(), static_cast<int>(k));
   MOECOMP_CUDA_TRY(cudaGetLastError());
+}
+
+/// As above without a bias (every rule but a biased deepseek_v3).
+template <class A, class UL, std::enable_if_t<moecomp::detail::is_input_of_v<UL, A>, int> = 0>
+void route_fixed(const cuda_context& ctx, const routing_params& params, matrix_view<UL, device_memory> logits,
+                 matrix_view<std::int64_t, device_memory> ids, matrix_view<A, device_memory> weights) {
+  route_fixed<A>(ctx, params, logits, vector_view<const A, device_memory>(), ids, weights);
 }
 
 /// The device plan's arrays (device memory, caller-owned): sorted_token_ids and position hold at least

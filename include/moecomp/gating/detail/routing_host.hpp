@@ -204,26 +204,19 @@ void logits_as_keys(const A* logits, index_t e, token_choice& c) {
 /// keys, the other groups' keys masked to 0.0 as HF's routers do.
 inline void group_limited(const routing_params& p, std::vector<double>& key, bool sum_of_two, token_choice& c) {
   const auto e = static_cast<index_t>(key.size()), size = e / p.n_group;
-  std::vector<double> group_score(static_cast<std::size_t>(p.n_group));
+  std::vector<double> group_scores(static_cast<std::size_t>(p.n_group));
   for (index_t g = 0; g < p.n_group; ++g) {
-    double first = -std::numeric_limits<double>::infinity(), second = first;
-    for (index_t j = g * size; j < (g + 1) * size; ++j) {
-      const double v = key[static_cast<std::size_t>(j)];
-      if (v > first) {
-        second = first;
-        first = v;
-      } else if (v > second) {
-        second = v;
-      }
-    }
-    group_score[static_cast<std::size_t>(g)] = sum_of_two ? first + second : first;
+    group_top_two best = empty_top_two();  // the rules the device shares (routing_rules.hpp)
+    for (index_t j = g * size; j < (g + 1) * size; ++j) add_to_top_two(best, key[static_cast<std::size_t>(j)]);
+    group_scores[static_cast<std::size_t>(g)] = group_score(best, sum_of_two);
   }
   std::vector<index_t> groups;
-  best_by_key(group_score, p.topk_group, groups);
+  best_by_key(group_scores, p.topk_group, groups);
   std::vector<char> kept(static_cast<std::size_t>(p.n_group), 0);
   for (index_t q = 0; q < p.topk_group; ++q) kept[static_cast<std::size_t>(groups[static_cast<std::size_t>(q)])] = 1;
   for (index_t j = 0; j < e; ++j)
-    if (!kept[static_cast<std::size_t>(j / size)]) key[static_cast<std::size_t>(j)] = 0.0;
+    key[static_cast<std::size_t>(j)] =
+        masked_group_key(key[static_cast<std::size_t>(j)], kept[static_cast<std::size_t>(j / size)] != 0);
   best_by_key(key, p.top_k, c.order);
 }
 

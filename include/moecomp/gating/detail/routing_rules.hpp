@@ -1,6 +1,7 @@
 #pragma once
 // The per-element rules of routing shared by the host and the device (MOECOMP_HOST_DEVICE): the tie rule of
-// every selection, the score functions, and when a dynamic rule stops taking experts.
+// every selection, the score functions, when a dynamic rule stops taking experts, and the pieces of the
+// DeepSeek group rules (the group score, the masking of dropped groups, the weights' normalisation and scale).
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 #include <moecomp/core/views.hpp>
@@ -34,6 +35,51 @@ MOECOMP_HOST_DEVICE inline bool takes_next(routing_rule rule, double tau, double
     case routing_rule::top_p: return taken == 0 || !(running > tau);
     default: return false;
   }
+}
+
+/// The two largest values of a group (a multiset: a repeated maximum is both), -infinity where not yet seen.
+struct group_top_two {
+  double first, second;
+};
+
+/// No value seen yet.
+MOECOMP_HOST_DEVICE inline group_top_two empty_top_two() noexcept { return group_top_two{-INFINITY, -INFINITY}; }
+
+/// Adds one value to a group's two largest.
+MOECOMP_HOST_DEVICE inline void add_to_top_two(group_top_two& t, double v) noexcept {
+  if (v > t.first) {
+    t.second = t.first;
+    t.first = v;
+  } else if (v > t.second) {
+    t.second = v;
+  }
+}
+
+/// The two largest of the union of two parts' values (the warp reduction of the device): the same values as
+/// adding every value to one group_top_two, in any order.
+MOECOMP_HOST_DEVICE inline group_top_two merge_top_two(const group_top_two& a, const group_top_two& b) noexcept {
+  const double high = a.first > b.first ? a.first : b.first, low = a.first > b.first ? b.first : a.first;
+  const double seconds = a.second > b.second ? a.second : b.second;
+  return group_top_two{high, low > seconds ? low : seconds};
+}
+
+/// A group's score: DeepSeek-V3's sum of its two largest (corrected) keys, or DeepSeek-V2's largest score.
+MOECOMP_HOST_DEVICE inline double group_score(const group_top_two& t, bool sum_of_two) noexcept {
+  return sum_of_two ? t.first + t.second : t.first;
+}
+
+/// An expert's key after the group selection: unchanged in a kept group, 0.0 in a dropped one (HF's routers
+/// mask with 0.0, not -infinity, so a negative corrected key of a kept group ranks below a dropped group's).
+MOECOMP_HOST_DEVICE inline double masked_group_key(double key, bool group_kept) noexcept { return group_kept ? key : 0.0; }
+
+/// A selected expert's final weight under a DeepSeek group rule: its (uncorrected) score `w`, with `sum` the
+/// sum of the selected scores in selection order. deepseek_v3: divided by (sum + 1e-20) with renormalize, then
+/// times the scaling factor; group_limited_greedy (V2): divided by (sum + 1e-20) when top_k > 1 and renormalize,
+/// otherwise times the scaling factor (HF's V2 does one or the other).
+MOECOMP_HOST_DEVICE inline double group_rule_weight(routing_rule rule, double w, double sum, index_t top_k,
+                                                    bool renormalize, double routed_scaling_factor) noexcept {
+  if (rule == routing_rule::deepseek_v3) return (renormalize ? w / (sum + 1e-20) : w) * routed_scaling_factor;
+  return top_k > 1 && renormalize ? w / (sum + 1e-20) : w * routed_scaling_factor;
 }
 
 }  // namespace detail
