@@ -517,3 +517,46 @@ TEST_CASE("the per-element weighted gather shared with the device: sum_i c_i src
   piece.perm[1] = nullptr;  // the identity
   CHECK(moecomp::detail::gathered_sum(piece, 1, 1, 0) == 0.25 * 7 + 0.75 * 104);
 }
+
+TEST_CASE("fix_dom_score, the token cap and the learned solver shared with the device merges") {
+  namespace md = moecomp::merge::detail;
+  // r s / (s + eps) with s = (norm_a / (tokens - 1)) norm_b: the host's and the device's argmax read this.
+  const double s = 2.0 * 0.25 * 3.0;
+  CHECK(md::fix_dom_score(0.5, 2.0, 3.0, 0.25, 1e-7) == 0.5 * (s / (s + 1e-7)));
+  CHECK(md::fix_dom_score(0.5, 2.0, 3.0, 0.25, 0.0) == 0.5);
+  CHECK(md::fix_dom_score(0.0, 0.0, 3.0, 0.25, 1e-7) == 0.0);  // a constant neuron: 0 with everything
+  CHECK(md::fix_dom_score(0.0, 0.0, 3.0, 0.25, 0.0) == -HUGE_VAL);  // NaN (eps 0): never the argmax
+  // capped_count is what cap_tokens keeps; a draw on positions picks the same positions as on any values.
+  std::vector<index_t> tokens(50), positions(50);
+  std::iota(positions.begin(), positions.end(), index_t(0));
+  for (index_t i = 0; i < 50; ++i) tokens[static_cast<std::size_t>(i)] = 3 * i + 1;
+  for (const index_t cap : {index_t(0), index_t(10), index_t(50), index_t(80)}) {
+    const auto kept = md::cap_tokens(tokens, cap, 4, 2), at = md::cap_tokens(positions, cap, 4, 2);
+    CHECK(static_cast<index_t>(kept.size()) == md::capped_count(50, cap));
+    REQUIRE(kept.size() == at.size());
+    for (std::size_t i = 0; i < kept.size(); ++i) CHECK(kept[i] == tokens[static_cast<std::size_t>(at[i])]);
+  }
+  // The solver on a quadratic over the simplex, L(a) = ||a - c||^2 with c outside it: the projection of c.
+  struct quadratic {
+    std::vector<double> c;
+    double evaluate(const std::vector<double>& a, std::vector<double>* grad) const {
+      double l = 0;
+      if (grad) grad->assign(a.size(), 0.0);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        l += (a[i] - c[i]) * (a[i] - c[i]);
+        if (grad) (*grad)[i] = 2 * (a[i] - c[i]);
+      }
+      return l;
+    }
+  } problem{{0.9, 0.5, -0.2}};
+  merge::merge_params params;
+  params.max_iterations = 200;
+  params.learned_tolerance = 1e-12;
+  const md::learned_outcome out = md::projected_gradient(problem, 3, params);
+  const std::vector<double> expected = md::project_to_simplex(problem.c);  // (0.7, 0.3, 0)
+  CHECK(out.converged);
+  CHECK(out.final <= out.initial);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(out.alpha[i] == doctest::Approx(expected[i]).epsilon(1e-9));
+  CHECK(expected[0] == doctest::Approx(0.7));
+  CHECK(expected[2] == 0.0);
+}

@@ -1,7 +1,9 @@
 // The device weighted merge (<moecomp/cuda/merge/merge.cuh>) and the device permute_neurons
 // (<moecomp/cuda/align/align.cuh>) against the host's merge and permute_neurons: the same double sums rounded
 // once, so the device results must equal the host's bit for bit, for float and bf16 storage, with biases, with
-// and without permutations. Argument checks run before any device work and pass without a GPU. The rest runs
+// and without permutations; the device fix-dom merge (merge_fix_dom, compiled, not run on hardware) against the
+// host merge_experts on planted data, and the device learned merge (merge_learned, compiled, not run) against the
+// host's learned coefficients. Argument checks run before any device work and pass without a GPU. The rest runs
 // under `ctest -L cuda`.
 #include <doctest/doctest.h>
 #include <moecomp/core/random.hpp>
@@ -10,7 +12,10 @@
 #include <moecomp/cuda/merge/merge.cuh>
 
 #include "device_test_support.cuh"
+#include "merge_reference.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -162,4 +167,341 @@ TEST_CASE_TEMPLATE("device merge_weighted equals the host's double sum rounded o
     for (index_t k = 0; k < d; ++k)
       wrong += !same_bits<W>(g1[static_cast<std::size_t>(r * d + k)], h.w1[static_cast<std::size_t>(d_ff * d + perms[0][static_cast<std::size_t>(r)] * d + k)]);
   CHECK(wrong == 0);
+}
+
+// ---- The device fix-dom merge (merge_fix_dom) against the host's merge_experts with method fix_dom.
+
+namespace {
+
+constexpr index_t fd_experts = 4, fd_d = 32, fd_d_ff = 48, fd_tokens = 256;
+
+/// A stack with a planted fix-dom structure: expert 2 (the dominant of group {0, 2, 3}) is random; experts 0
+/// and 3 are its neurons in a shuffled order plus small noise, and expert 3's neurons 0 and 1 both copy the
+/// dominant's neuron 5 (many-to-one); expert 1 (group 0, alone) is random. planted[i][b]: the dominant neuron
+/// member i's neuron b comes from (i: 0 = the dominant, 1 = expert 0, 2 = expert 3).
+template <class W>
+struct planted_stack {
+  std::vector<W> w1, w3, w2, b1, b3, b2;
+  std::vector<std::vector<index_t>> planted;
+  std::vector<float> x;
+  explicit planted_stack(std::uint64_t seed) {
+    moecomp::random_generator rng(seed);
+    const auto draw = [&](double s) { return s * rng.normal<double>(); };
+    std::vector<double> r1(fd_experts * fd_d_ff * fd_d), r3(r1.size()), r2(fd_experts * fd_d * fd_d_ff),
+        rb1(fd_experts * fd_d_ff), rb3(rb1.size()), rb2(fd_experts * fd_d);
+    for (auto* v : {&r1, &r3, &r2, &rb1, &rb3, &rb2})
+      for (double& e : *v) e = draw(0.3);
+    std::vector<index_t> p0(fd_d_ff), p3(fd_d_ff);
+    std::iota(p0.begin(), p0.end(), index_t(0));
+    rng.shuffle(p0.begin(), p0.end());
+    std::iota(p3.begin(), p3.end(), index_t(0));
+    rng.shuffle(p3.begin(), p3.end());
+    p3[0] = 5;
+    p3[1] = 5;
+    const index_t dom = 2;
+    for (const auto& [e, p] : {std::pair<index_t, const std::vector<index_t>*>{0, &p0}, {3, &p3}})
+      for (index_t b = 0; b < fd_d_ff; ++b) {
+        const index_t a = (*p)[static_cast<std::size_t>(b)];
+        for (index_t k = 0; k < fd_d; ++k) {
+          r1[static_cast<std::size_t>((e * fd_d_ff + b) * fd_d + k)] = r1[static_cast<std::size_t>((dom * fd_d_ff + a) * fd_d + k)] + draw(0.02);
+          r3[static_cast<std::size_t>((e * fd_d_ff + b) * fd_d + k)] = r3[static_cast<std::size_t>((dom * fd_d_ff + a) * fd_d + k)] + draw(0.02);
+          r2[static_cast<std::size_t>((e * fd_d + k) * fd_d_ff + b)] = r2[static_cast<std::size_t>((dom * fd_d + k) * fd_d_ff + a)] + draw(0.02);
+        }
+        rb1[static_cast<std::size_t>(e * fd_d_ff + b)] = rb1[static_cast<std::size_t>(dom * fd_d_ff + a)] + draw(0.02);
+        rb3[static_cast<std::size_t>(e * fd_d_ff + b)] = rb3[static_cast<std::size_t>(dom * fd_d_ff + a)] + draw(0.02);
+      }
+    std::vector<index_t> identity(fd_d_ff);
+    std::iota(identity.begin(), identity.end(), index_t(0));
+    planted = {identity, p0, p3};
+    const auto to_w = [](const std::vector<double>& v, std::vector<W>& out) {
+      for (double e : v) out.push_back(moecomp::convert_to<W>(e));
+    };
+    to_w(r1, w1);
+    to_w(r3, w3);
+    to_w(r2, w2);
+    to_w(rb1, b1);
+    to_w(rb3, b3);
+    to_w(rb2, b2);
+    for (index_t i = 0; i < fd_tokens * fd_d; ++i) x.push_back(static_cast<float>(rng.normal<double>()));
+  }
+  moe::ffn_expert_stack_view<W> host_view() const {
+    moe::ffn_expert_stack_view<W> s;
+    s.w1 = moecomp::matrix_stack_view<const W>(w1.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+    s.w3 = moecomp::matrix_stack_view<const W>(w3.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+    s.w2 = moecomp::matrix_stack_view<const W>(w2.data(), fd_experts, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+    s.b1 = moecomp::make_matrix_view<const W>(b1.data(), fd_experts, fd_d_ff);
+    s.b3 = moecomp::make_matrix_view<const W>(b3.data(), fd_experts, fd_d_ff);
+    s.b2 = moecomp::make_matrix_view<const W>(b2.data(), fd_experts, fd_d);
+    return s;
+  }
+};
+
+/// max |a - b| / max |b| over two pieces in W.
+template <class W>
+double relative_difference(const std::vector<W>& a, const W* b, std::size_t n) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double u = moecomp::convert_to<double>(a[i]), v = moecomp::convert_to<double>(b[i]);
+    diff = std::max(diff, std::fabs(u - v));
+    scale = std::max(scale, std::fabs(v));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+}  // namespace
+
+TEST_CASE("device merge_fix_dom: argument checks run before any device work") {
+  const moecomp::cuda_context ctx(nullptr);  // never used: the checks come first
+  float storage[8192] = {0};
+  moe::ffn_expert_stack_device_view<float> s;
+  s.w1 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage, 3, d_ff, d, d, d_ff * d);
+  s.w2 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage + 3 * d_ff * d, 3, d, d_ff, d_ff, d * d_ff);
+  moe::ffn_expert_device_mutable_view<float> out;
+  out.w1 = dmatrix<float>(storage + 6 * d_ff * d, d_ff, d);
+  out.w2 = dmatrix<float>(storage + 7 * d_ff * d, d, d_ff);
+  const auto x = dmatrix<const float>(storage + 8 * d_ff * d, 10, d);
+  const std::vector<index_t> members{0, 2}, tokens{0, 3, 9};
+  const auto mv = moecomp::make_vector_view<const index_t>(members.data(), 2);
+  const auto tv = moecomp::make_vector_view<const index_t>(tokens.data(), 3);
+  moecomp::merge::merge_params params;
+  params.method = moecomp::merge::merge_method::fix_dom;
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 1, 0, x, tv, out),
+                       "merge_fix_dom: dominant must be one of the members, got 1", moecomp::invalid_argument);
+  const std::vector<index_t> twice{2, 2};
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, moecomp::make_vector_view<const index_t>(twice.data(), 2), 2, 0, x, tv, out),
+                       "merge_fix_dom: members must be distinct, got 2 at 0 and 1", moecomp::invalid_argument);
+  const std::vector<index_t> far{0, 10};
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, x, moecomp::make_vector_view<const index_t>(far.data(), 2), out),
+                       "merge_fix_dom: tokens must be rows of x in [0, 10), got 10 at 1", moecomp::invalid_argument);
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, dmatrix<const float>(storage, 10, d - 1), tv, out),
+                       doctest::Contains("merge_fix_dom: x must have d = 12 columns"), moecomp::invalid_argument);
+  index_t ids[64] = {0};
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, x, tv, out, dmatrix<index_t>(ids, 3, d_ff)),
+                       doctest::Contains("merge_fix_dom: matches must be empty or 2 x 20"), moecomp::invalid_argument);
+  params.token_cap = -1;
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, x, tv, out),
+                       "merge_fix_dom: params.token_cap must be >= 0, got -1", moecomp::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("device merge_fix_dom matches the host's fix_dom: the same matching, the weights to 1e-5", W, float,
+                   moecomp::bfloat16) {
+  device_fixture f;
+  const auto ctx = f.context();
+  const planted_stack<W> h(7);
+  const auto put = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    moecomp::device_buffer<T> b(ctx, static_cast<index_t>(v.size()));
+    moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
+    return b;
+  };
+  const auto w1 = put(h.w1), w3 = put(h.w3), w2 = put(h.w2), b1 = put(h.b1), b3 = put(h.b3), b2 = put(h.b2);
+  const auto xd = put(h.x);
+  moe::ffn_expert_stack_device_view<W> s;
+  s.w1 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w1.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  s.w3 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w3.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  s.w2 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w2.data(), fd_experts, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+  s.b1 = dmatrix<const W>(b1.data(), fd_experts, fd_d_ff);
+  s.b3 = dmatrix<const W>(b3.data(), fd_experts, fd_d_ff);
+  s.b2 = dmatrix<const W>(b2.data(), fd_experts, fd_d);
+  moecomp::device_buffer<W> o1(ctx, fd_d_ff * fd_d), o3(ctx, fd_d_ff * fd_d), o2(ctx, fd_d * fd_d_ff), ob1(ctx, fd_d_ff),
+      ob3(ctx, fd_d_ff), ob2(ctx, fd_d);
+  const moe::ffn_expert_device_mutable_view<W> out{o1.view(fd_d_ff, fd_d), o3.view(fd_d_ff, fd_d), o2.view(fd_d, fd_d_ff),
+                                                   ob1.view(), ob3.view(), ob2.view()};
+  moecomp::device_buffer<index_t> dm(ctx, 3 * fd_d_ff);
+  // Group 1 = {0, 2, 3} with dominant 2; group 0 = {1}. Every token (no router), capped at 200 (the seeded draw)
+  // or not, and a single token (the identity matching: a plain mean).
+  const std::vector<std::int64_t> labels{1, 0, 1, 1}, dominants{1, 2};
+  const std::vector<index_t> members{3, 0, 2}, ordered{2, 0, 3};
+  for (const index_t tokens : {fd_tokens, index_t(1)})
+    for (const index_t cap : {index_t(200), index_t(0)}) {
+      CAPTURE(tokens);
+      CAPTURE(cap);
+      moecomp::merge::merge_params params;
+      params.method = moecomp::merge::merge_method::fix_dom;
+      params.token_cap = cap;
+      params.seed = 11;
+      const auto x = moecomp::make_matrix_view<const float>(h.x.data(), tokens, fd_d);
+      // The host.
+      std::vector<W> m1(2 * fd_d_ff * fd_d), m3(m1.size()), m2(2 * fd_d * fd_d_ff), mb1(2 * fd_d_ff), mb3(mb1.size()),
+          mb2(2 * fd_d);
+      std::vector<std::int64_t> map(fd_experts);
+      moecomp::merge::merge_outputs<W> ho;
+      ho.experts.w1 = moecomp::matrix_stack_view<W>(m1.data(), 2, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+      ho.experts.w3 = moecomp::matrix_stack_view<W>(m3.data(), 2, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+      ho.experts.w2 = moecomp::matrix_stack_view<W>(m2.data(), 2, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+      ho.experts.b1 = moecomp::make_matrix_view(mb1.data(), 2, fd_d_ff);
+      ho.experts.b3 = moecomp::make_matrix_view(mb3.data(), 2, fd_d_ff);
+      ho.experts.b2 = moecomp::make_matrix_view(mb2.data(), 2, fd_d);
+      ho.map = moecomp::make_vector_view(map.data(), fd_experts);
+      moecomp::merge::merge_data<float> data;
+      data.x = x;
+      data.dominants = moecomp::make_vector_view<const std::int64_t>(dominants.data(), 2);
+      const moecomp::merge::merge_report hr = moecomp_test::host_merge_experts<W>(
+          params, h.host_view(), moecomp::make_vector_view<const std::int64_t>(labels.data(), fd_experts), data, ho);
+      const std::vector<index_t> host_matches = moecomp_test::host_fix_dom_matches<W>(params, h.host_view(), ordered, 1, x);
+      // The planted matching is what the host finds on every token set of at least 2 tokens.
+      if (tokens >= 2)
+        for (std::size_t i = 0; i < 3; ++i)
+          CHECK(std::equal(h.planted[i].begin(), h.planted[i].end(), host_matches.begin() + static_cast<std::ptrdiff_t>(i * fd_d_ff)));
+      // The device.
+      std::vector<index_t> all(static_cast<std::size_t>(tokens));
+      std::iota(all.begin(), all.end(), index_t(0));
+      const moecomp::merge::merge_report dr = moecomp::merge::merge_fix_dom<W>(
+          ctx, params, s, moecomp::make_vector_view<const index_t>(members.data(), 3), 2, 1,
+          xd.view(tokens, fd_d).as_const(), moecomp::make_vector_view<const index_t>(all.data(), tokens), out,
+          dm.view(3, fd_d_ff));
+      CHECK(dr.groups[0].dominant == 2);
+      CHECK(dr.groups[0].tokens == (cap == 0 ? tokens : std::min(cap, tokens)));
+      CHECK(hr.groups[1].tokens == dr.groups[0].tokens);  // without a router the group's tokens are the correlation's
+      CHECK(dr.groups.size() == 1);
+      CHECK(dr.method == moecomp::merge::merge_method::fix_dom);
+      CHECK(dr.coefficients == std::vector<double>{1.0 / 3, 0, 1.0 / 3, 1.0 / 3});
+      CHECK(std::isnan(dr.groups[0].error));
+      std::vector<W> g1(fd_d_ff * fd_d), g3(g1.size()), g2(fd_d * fd_d_ff), gb1(fd_d_ff), gb3(fd_d_ff), gb2(fd_d);
+      std::vector<index_t> gm(3 * fd_d_ff);
+      moecomp::copy_to_host(ctx, o1.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g1.data(), fd_d_ff, fd_d));
+      moecomp::copy_to_host(ctx, o3.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g3.data(), fd_d_ff, fd_d));
+      moecomp::copy_to_host(ctx, o2.view(fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(g2.data(), fd_d, fd_d_ff));
+      moecomp::copy_to_host(ctx, ob1.view(1, fd_d_ff).as_const(), moecomp::make_matrix_view(gb1.data(), 1, fd_d_ff));
+      moecomp::copy_to_host(ctx, ob3.view(1, fd_d_ff).as_const(), moecomp::make_matrix_view(gb3.data(), 1, fd_d_ff));
+      moecomp::copy_to_host(ctx, ob2.view(1, fd_d).as_const(), moecomp::make_matrix_view(gb2.data(), 1, fd_d));
+      moecomp::copy_to_host(ctx, dm.view(3, fd_d_ff).as_const(), moecomp::make_matrix_view(gm.data(), 3, fd_d_ff));
+      f.sync();
+      CHECK(gm == host_matches);
+      // Group 1 is the host's merged expert 1.
+      CHECK(relative_difference(g1, m1.data() + fd_d_ff * fd_d, g1.size()) <= 1e-5);
+      CHECK(relative_difference(g3, m3.data() + fd_d_ff * fd_d, g3.size()) <= 1e-5);
+      CHECK(relative_difference(g2, m2.data() + fd_d * fd_d_ff, g2.size()) <= 1e-5);
+      CHECK(relative_difference(gb1, mb1.data() + fd_d_ff, gb1.size()) <= 1e-5);
+      CHECK(relative_difference(gb3, mb3.data() + fd_d_ff, gb3.size()) <= 1e-5);
+      CHECK(relative_difference(gb2, mb2.data() + fd_d, gb2.size()) <= 1e-5);
+      // With the same matching the sums are the host's, in its order: the same bits.
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < g1.size(); ++i) wrong += !same_bits<W>(g1[i], m1[fd_d_ff * fd_d + i]);
+      for (std::size_t i = 0; i < g2.size(); ++i) wrong += !same_bits<W>(g2[i], m2[fd_d * fd_d_ff + i]);
+      CHECK(wrong == 0);
+    }
+}
+
+TEST_CASE("device merge_learned: argument checks run before any device work") {
+  const moecomp::cuda_context ctx(nullptr);  // never used: the checks come first
+  float storage[8192] = {0};
+  moe::ffn_expert_stack_device_view<float> s;
+  s.w1 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage, 3, d_ff, d, d, d_ff * d);
+  s.w2 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage + 3 * d_ff * d, 3, d, d_ff, d_ff, d * d_ff);
+  moe::ffn_expert_device_mutable_view<float> out;
+  out.w1 = dmatrix<float>(storage + 6 * d_ff * d, d_ff, d);
+  out.w2 = dmatrix<float>(storage + 7 * d_ff * d, d, d_ff);
+  const auto x = dmatrix<const float>(storage + 8 * d_ff * d, 10, d);
+  const std::vector<index_t> members{0, 2}, tokens{0, 3, 9};
+  const auto mv = moecomp::make_vector_view<const index_t>(members.data(), 2);
+  const auto tv = moecomp::make_vector_view<const index_t>(tokens.data(), 3);
+  moecomp::merge::merge_params params;
+  params.method = moecomp::merge::merge_method::learned;
+  const std::vector<double> w(6, 0.5), bad{0.5, 0.5, 0.5, -1, 0.5, 0.5};
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_learned<float>(ctx, params, s, mv, 1, 0, x, tv, {}, out),
+                       "merge_learned: dominant must be one of the members, got 1", moecomp::invalid_argument);
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_learned<float>(ctx, params, s, mv, 0, 0, x, tv, moecomp::make_matrix_view<const double>(w.data(), 2, 3), out),
+                       "merge_learned: weights must be empty or 3 x 2 (tokens x members), got 2 x 3", moecomp::invalid_argument);
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_learned<float>(ctx, params, s, mv, 0, 0, x, tv, moecomp::make_matrix_view<const double>(bad.data(), 3, 2), out),
+                       "merge_learned: weights must be finite and >= 0, got -1 at (1, 1)", moecomp::invalid_argument);
+  params.max_iterations = 0;
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_learned<float>(ctx, params, s, mv, 0, 0, x, tv, {}, out),
+                       "merge_learned: params.max_iterations must be >= 1, got 0", moecomp::invalid_argument);
+}
+
+TEST_CASE("device merge_learned matches the host's learned merge: coefficients to 2e-6, weights to 1e-5") {
+  using W = float;
+  device_fixture f;
+  const auto ctx = f.context();
+  const planted_stack<W> h(9);
+  const auto put = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    moecomp::device_buffer<T> b(ctx, static_cast<index_t>(v.size()));
+    moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
+    return b;
+  };
+  const auto w1 = put(h.w1), w3 = put(h.w3), w2 = put(h.w2), b1 = put(h.b1), b3 = put(h.b3), b2 = put(h.b2);
+  const auto xd = put(h.x);
+  moe::ffn_expert_stack_device_view<W> s;
+  s.w1 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w1.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  s.w3 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w3.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  s.w2 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w2.data(), fd_experts, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+  s.b1 = dmatrix<const W>(b1.data(), fd_experts, fd_d_ff);
+  s.b3 = dmatrix<const W>(b3.data(), fd_experts, fd_d_ff);
+  s.b2 = dmatrix<const W>(b2.data(), fd_experts, fd_d);
+  moecomp::device_buffer<W> o1(ctx, fd_d_ff * fd_d), o3(ctx, fd_d_ff * fd_d), o2(ctx, fd_d * fd_d_ff), ob1(ctx, fd_d_ff),
+      ob3(ctx, fd_d_ff), ob2(ctx, fd_d);
+  const moe::ffn_expert_device_mutable_view<W> out{o1.view(fd_d_ff, fd_d), o3.view(fd_d_ff, fd_d), o2.view(fd_d, fd_d_ff),
+                                                   ob1.view(), ob3.view(), ob2.view()};
+  // A router of 4 rows for the routed variant (top 2 of the softmax).
+  std::vector<float> router(fd_experts * fd_d);
+  moecomp::random_generator rng(13);
+  for (float& v : router) v = static_cast<float>(0.5 * rng.normal<double>());
+  const std::vector<std::int64_t> labels{1, 0, 1, 1}, dominants{1, 2};
+  const std::vector<index_t> members{3, 0, 2};
+  for (const bool routed : {false, true}) {
+    CAPTURE(routed);
+    moecomp::merge::merge_params params;
+    params.method = moecomp::merge::merge_method::learned;
+    params.token_cap = 200;
+    params.seed = 5;
+    params.max_iterations = 20;
+    const auto x = moecomp::make_matrix_view<const float>(h.x.data(), fd_tokens, fd_d);
+    const auto rv = moecomp::make_matrix_view<const float>(router.data(), fd_experts, fd_d);
+    // The host.
+    std::vector<W> m1(2 * fd_d_ff * fd_d), m3(m1.size()), m2(2 * fd_d * fd_d_ff), mb1(2 * fd_d_ff), mb3(mb1.size()),
+        mb2(2 * fd_d);
+    std::vector<float> merged_router(2 * fd_d);
+    std::vector<std::int64_t> map(fd_experts);
+    moecomp::merge::merge_outputs<W> ho;
+    ho.experts.w1 = moecomp::matrix_stack_view<W>(m1.data(), 2, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+    ho.experts.w3 = moecomp::matrix_stack_view<W>(m3.data(), 2, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+    ho.experts.w2 = moecomp::matrix_stack_view<W>(m2.data(), 2, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+    ho.experts.b1 = moecomp::make_matrix_view(mb1.data(), 2, fd_d_ff);
+    ho.experts.b3 = moecomp::make_matrix_view(mb3.data(), 2, fd_d_ff);
+    ho.experts.b2 = moecomp::make_matrix_view(mb2.data(), 2, fd_d);
+    ho.map = moecomp::make_vector_view(map.data(), fd_experts);
+    if (routed) ho.router = moecomp::make_matrix_view(merged_router.data(), 2, fd_d);
+    moecomp::merge::merge_data<float> data;
+    data.x = x;
+    if (routed) data.router = rv;
+    data.dominants = moecomp::make_vector_view<const std::int64_t>(dominants.data(), 2);
+    const moecomp::merge::merge_report hr = moecomp_test::host_merge_experts<W>(
+        params, h.host_view(), moecomp::make_vector_view<const std::int64_t>(labels.data(), fd_experts), data, ho);
+    // The device: the group's tokens and router probabilities as the host builds them.
+    std::vector<index_t> tokens(fd_tokens);
+    std::iota(tokens.begin(), tokens.end(), index_t(0));
+    std::vector<double> weights;
+    if (routed) moecomp_test::host_group_routes(params, x, rv, members, tokens, weights);
+    const auto wv = routed ? moecomp::make_matrix_view<const double>(weights.data(), static_cast<index_t>(tokens.size()), 3)
+                           : moecomp::matrix_view<const double>();
+    const moecomp::merge::merge_report dr = moecomp::merge::merge_learned<W>(
+        ctx, params, s, moecomp::make_vector_view<const index_t>(members.data(), 3), 2, 1, xd.view(fd_tokens, fd_d).as_const(),
+        moecomp::make_vector_view<const index_t>(tokens.data(), static_cast<index_t>(tokens.size())), wv, out);
+    REQUIRE(dr.groups.size() == 1);
+    CHECK(dr.groups[0].tokens == hr.groups[1].tokens);
+    // The same loop on objectives equal to rounding: the same steps, up to a last step decided by the tolerance.
+    CHECK(std::abs(dr.groups[0].iterations - hr.groups[1].iterations) <= 1);
+    CHECK(dr.status == hr.status);
+    CHECK(dr.groups[0].objective_initial == doctest::Approx(hr.groups[1].objective_initial).epsilon(1e-5));
+    CHECK(dr.groups[0].objective_final == doctest::Approx(hr.groups[1].objective_final).epsilon(1e-5));
+    CHECK(dr.groups[0].objective_final <= dr.groups[0].objective_initial);
+    double sum = 0;
+    for (index_t e : members) {
+      CHECK(std::fabs(dr.coefficients[static_cast<std::size_t>(e)] - hr.coefficients[static_cast<std::size_t>(e)]) <= 2e-6);
+      CHECK(dr.coefficients[static_cast<std::size_t>(e)] >= 0);
+      sum += dr.coefficients[static_cast<std::size_t>(e)];
+    }
+    CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
+    CHECK(dr.coefficients[1] == 0);
+    std::vector<W> g1(fd_d_ff * fd_d), g2(fd_d * fd_d_ff), gb2(fd_d);
+    moecomp::copy_to_host(ctx, o1.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g1.data(), fd_d_ff, fd_d));
+    moecomp::copy_to_host(ctx, o2.view(fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(g2.data(), fd_d, fd_d_ff));
+    moecomp::copy_to_host(ctx, ob2.view(1, fd_d).as_const(), moecomp::make_matrix_view(gb2.data(), 1, fd_d));
+    f.sync();
+    CHECK(relative_difference(g1, m1.data() + fd_d_ff * fd_d, g1.size()) <= 1e-5);
+    CHECK(relative_difference(g2, m2.data() + fd_d * fd_d_ff, g2.size()) <= 1e-5);
+    CHECK(relative_difference(gb2, mb2.data() + fd_d, gb2.size()) <= 1e-5);
+  }
 }

@@ -1,8 +1,14 @@
 #pragma once
-// Expert merging on the device: merge_weighted, the weighted sum of a group's experts (each optionally put in a
-// reference's neuron order by a permutation), the device building block of <moecomp/merge/merge.hpp>'s
-// average, frequency, uniform, dominant and aligned methods (the coefficients and permutations those compute
-// on the host: report.coefficients, align_stack). Documentation: docs/merge.md, "Device".
+// Expert merging on the device. Documentation: docs/merge.md, "Device".
+//   merge_weighted  the weighted sum of a group's experts (each optionally put in a reference's neuron order by a
+//                   permutation), the device building block of <moecomp/merge/merge.hpp>'s average, frequency,
+//                   uniform, dominant and aligned methods (the coefficients and permutations those compute on
+//                   the host: report.coefficients, align_stack);
+//   merge_fix_dom   HC-SMoE's fix-dom merge of one group (merge_method::fix_dom), below;
+//   merge_learned   the fourth paper's learned merge of one group (merge_method::learned), below.
+// merge_fix_dom and merge_learned are compiled for sm_80 and sm_90 and have NOT run on hardware.
+//
+// ---- merge_weighted
 //
 //   experts: a stack of E experts in device memory (moe::ffn_expert_stack_device_view<W>, float, double,
 //            bfloat16 or half storage);
@@ -21,8 +27,8 @@
 // Checks: shapes, ids, finite coefficients and n on the host; the permutations' values are not checked (they
 // are in device memory): entries outside [0, d_ff) read out of bounds.
 //
-// Hardware: tests/cuda/test_merge_cuda.cu passes on an H100 (2026-11-26; docs/cuda.md); the per-element sum
-// (core/detail/expert_gather.hpp) is exercised on the host by tests/test_merge.cpp.
+// Hardware: tests/cuda/test_merge_cuda.cu's merge_weighted cases pass on an H100 (2026-11-26; docs/cuda.md); the
+// per-element sum (core/detail/expert_gather.hpp) is exercised on the host by tests/test_merge.cpp.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
@@ -32,8 +38,18 @@
 #include <moecomp/core/detail/expert_gather.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/cuda/core/detail/expert_gather.cuh>
+#include <moecomp/cuda/core/detail/workspace.cuh>
+#include <moecomp/merge/merge_types.hpp>
+#include <moecomp/cuda/merge/detail/merge_device_checks.cuh>
+#include <moecomp/cuda/merge/detail/fix_dom_device.cuh>
+#include <moecomp/cuda/merge/detail/learned_device.cuh>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <utility>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -62,14 +78,7 @@ void merge_weighted(const cuda_context& ctx, const moe::ffn_expert_stack_device_
   MOECOMP_EXPECTS(permutations.empty() || (permutations.rows() == n && permutations.cols() == d_ff), fn,
                   ": permutations must be empty or ", moecomp::detail::shape_string(n, d_ff), " (members x d_ff), got ",
                   moecomp::detail::shape_string(permutations.rows(), permutations.cols()));
-  MOECOMP_EXPECTS(out.d_ff() == d_ff && out.d_model() == d && out.gated() == experts.gated() && out.w2.rows() == d &&
-                      out.w2.cols() == d_ff && out.b1.size() == experts.b1.cols() && out.b3.size() == experts.b3.cols() &&
-                      out.b2.size() == experts.b2.cols(),
-                  fn, ": out must have the experts' shape (d_ff ", d_ff, ", d ", d, experts.gated() ? ", gated" : "",
-                  ", the same biases), got d_ff ", out.d_ff(), ", d ", out.d_model());
-  MOECOMP_EXPECTS((out.b1.empty() || out.b1.stride() == 1) && (out.b3.empty() || out.b3.stride() == 1) &&
-                      (out.b2.empty() || out.b2.stride() == 1),
-                  fn, ": out's biases must be contiguous (stride 1) on the device");
+  cuda_detail::check_merge_output<W>(fn, experts, out);
   moecomp::detail::check_no_overlap(fn, "out.w1", out.w1, "experts.w1", experts.w1);
   moecomp::detail::check_no_overlap(fn, "out.w2", out.w2, "experts.w2", experts.w2);
   std::vector<moe::ffn_expert_device_view<W>> views;
@@ -80,6 +89,256 @@ void merge_weighted(const cuda_context& ctx, const moe::ffn_expert_stack_device_
   }
   moecomp::detail::gather_experts<W>(ctx, views, c, permutations.empty() ? nullptr : permutations.data(),
                                      permutations.row_stride(), out);
+}
+
+// ---- merge_fix_dom: HC-SMoE's fix-dom merge of one group (the host's merge_experts with merge_method::fix_dom,
+// docs/merge.md "fix_dom"), on device experts.
+//
+//   params:   forward (the activation of the hidden activations), token_cap, seed, correlation_epsilon, as on
+//             the host; the method, router and learned fields are not read;
+//   experts:  the stack (moe::ffn_expert_stack_device_view<W>, float, double, bfloat16 or half storage);
+//   members:  the group's expert ids (host memory, 1..64, distinct); dominant: one of them (the reference);
+//             the others are taken in ascending id order, as the host does;
+//   group:    the group's id: the stream of the token cap's draw (the host's g);
+//   x:        calibration tokens, T x d in A = accumulator_t<W>, device memory;
+//   tokens:   host memory, the group's calibration tokens as rows of x, as HC-SMoE builds them (each member's
+//             routed tokens concatenated in ascending member order, a token routed to two members twice; every
+//             token once without a router; the host's merge::detail::concatenated_tokens). At most
+//             params.token_cap of them are kept by the host's seeded draw (cap_tokens with seed, stream group):
+//             the draw runs on the host, the kept rows are gathered on the device;
+//   out:      one expert of the stack's shape (device), not overlapping the stack;
+//   matches:  optional, members x d_ff (device): row i = member i's matching (row 0, the dominant, the identity;
+//             then the others in ascending id order): its neuron b went to dominant neuron matches(i, b).
+//   Returns the host's merge_report for this one group: method fix_dom, router resolve_router_rule(params,
+//   false) (no router rows are merged on the device), coefficients (E entries: 1/|G| for the members, 0 for the
+//   other experts), groups (one entry: dominant, tokens = the correlation tokens after the cap, error and
+//   objectives NaN (the merge error is not computed on the device), iterations 0), status ok.
+//
+// Method (cuda/merge/detail/fix_dom_device.cuh): the kept rows gathered; the hidden activations
+// act(x W1^T + b1) * (x W3^T + b3) by the device expert forward (cuBLAS GEMMs); the columns' centred norms in
+// double by cub::DeviceSegmentedReduce; per non-dominant member the correlations of its neurons with the
+// dominant's by align::pearson_correlation (one cuBLAS GEMM), scored by the host's rule (fix_dom_score: r s /
+// (s + eps)), and the argmax over the dominant's neurons by cub::DeviceSegmentedReduce::ArgMax (ties to the
+// lowest index, like the host); then the sources of each dominant neuron stably sorted by target
+// (cub::DeviceRadixSort) and ranged (cub::DeviceHistogram + DeviceScan), and one kernel per piece summing each
+// merged element's sources in the host's order in double, scaled as the host does and rounded once; b2 the
+// members' mean. With fewer than 2 kept tokens (or one member) the matching is the identity (a plain mean).
+// Precision and agreement: the activations and correlations in A by cuBLAS, so they agree with the host's to
+// rounding; the matching equals the host's unless two dominant neurons' scores for a member neuron are within
+// that rounding of each other; given the same matching the merged weights are the host's bit for bit.
+// Asynchrony: asynchronous on ctx.stream, except the copy of the kept token ids from pageable host memory,
+// which returns once they are staged (CUDA's rule for pageable host-to-device copies). Without a cuBLAS handle
+// in ctx, the temporary handles' destruction synchronises the device.
+// Workspace (merge_fix_dom_workspace_size): the members x d_ff matching, 4 (members - 1) d_ff sort entries, 2
+// (d_ff + 1) ints; with correlation tokens t: t ids, t x d gathered tokens, 2 t x d_ff activations, the d_ff x
+// d_ff correlations, 3 d_ff doubles, d_ff argmax pairs, the forward's and pearson_correlation's workspaces, and
+// CUB's temporary storage. From ctx's allocator without a workspace argument.
+// Determinism: no atomics; CUB's segmented reductions and sort have a fixed order, cuBLAS GEMMs are
+// run-to-run deterministic on one GPU with one stream: bit-identical from run to run.
+// Checks (invalid_argument, on the host before any CUDA call): the stack's and out's shapes, members (1..64,
+// distinct ids in range), the dominant a member, x's columns, the token ids in [0, T), matches' shape,
+// params.forward, token_cap >= 0, correlation_epsilon >= 0, cuBLAS's int limits.
+//
+// Hardware: compiled for sm_80 and sm_90, not run on hardware (tests/cuda/test_merge_cuda.cu's fix-dom cases
+// are written, not run).
+
+
+/// Workspace bytes of the device merge_fix_dom of a group of `members` experts of d x d_ff (gated or not),
+/// storage W, whose token list holds `tokens` entries before the cap.
+template <class W>
+std::size_t merge_fix_dom_workspace_size(const merge_params& params, index_t tokens, index_t members, index_t d,
+                                         index_t d_ff, bool gated) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "merge_fix_dom_workspace_size";
+  moecomp::detail::check_extents(fn, {{"tokens", tokens}, {"members", members}, {"d", d}, {"d_ff", d_ff}});
+  MOECOMP_EXPECTS(members >= 1, fn, ": members must be >= 1, got ", members);
+  MOECOMP_EXPECTS(params.token_cap >= 0, fn, ": params.token_cap must be >= 0, got ", params.token_cap);
+  return cuda_detail::make_fix_dom_plan<W>(fn, detail::capped_count(tokens, params.token_cap), members, d, d_ff, gated)
+      .bytes;
+}
+
+/// The group's fix-dom merge into out (see above), with a caller's workspace.
+template <class W>
+merge_report merge_fix_dom(const cuda_context& ctx, const merge_params& params,
+                                 const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const index_t> members,
+                                 index_t dominant, index_t group,
+                                 moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                                 vector_view<const index_t> tokens, const moe::ffn_expert_device_mutable_view<W>& out,
+                                 matrix_view<index_t, device_memory> matches,
+                                 vector_view<std::byte, device_memory> workspace) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "merge_fix_dom";
+  cuda_detail::check_fix_dom_arguments<W>(fn, params, experts, members, dominant, group, x, tokens, out, matches);
+  std::vector<index_t> all(static_cast<std::size_t>(tokens.size()));
+  for (index_t i = 0; i < tokens.size(); ++i) all[static_cast<std::size_t>(i)] = tokens[i];
+  const std::vector<index_t> kept =
+      detail::cap_tokens(std::move(all), params.token_cap, params.seed, static_cast<std::uint64_t>(group));
+  const std::vector<index_t> ordered = cuda_detail::dominant_first(members, dominant);
+  const auto plan = cuda_detail::make_fix_dom_plan<W>(fn, static_cast<index_t>(kept.size()), members.size(),
+                                                      experts.d_model(), experts.d_ff(), experts.gated());
+  moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+  cuda_detail::run_fix_dom<W>(ctx, params, plan, experts, ordered, x, kept, out, matches, workspace.data());
+  return cuda_detail::one_group_report(merge_method::fix_dom, params, experts.experts(), ordered, std::vector<double>(ordered.size(),
+                                       1.0 / static_cast<double>(ordered.size())), static_cast<index_t>(kept.size()));
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class W>
+merge_report merge_fix_dom(const cuda_context& ctx, const merge_params& params,
+                                 const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const index_t> members,
+                                 index_t dominant, index_t group,
+                                 moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                                 vector_view<const index_t> tokens, const moe::ffn_expert_device_mutable_view<W>& out,
+                                 matrix_view<index_t, device_memory> matches = {}) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  cuda_detail::check_fix_dom_arguments<W>("merge_fix_dom", params, experts, members, dominant, group, x, tokens, out,
+                                          matches);  // before the allocation
+  const moecomp::detail::scoped_workspace workspace(
+      ctx, merge_fix_dom_workspace_size<W>(params, tokens.size(), members.size(), experts.d_model(), experts.d_ff(),
+                                           experts.gated()));
+  return merge_fix_dom<W>(ctx, params, experts, members, dominant, group, x, tokens, out, matches, workspace.view());
+}
+
+// ---- merge_learned: the fourth paper's learned merge of one group (the host's merge_experts with
+// merge_method::learned, docs/merge.md "learned"), on device experts.
+//
+//   params:   forward, token_cap, seed, max_iterations, learned_tolerance as on the host; the method and
+//             router are not read;
+//   experts, members, dominant, group, x: as merge_fix_dom (the dominant only fixes the coefficients' order,
+//             which the host's sums follow: the dominant first, then the others ascending);
+//   tokens:   host memory, the group's calibration tokens as rows of x, each once (the host's
+//             merge::detail::group_tokens: the tokens routed to at least one member, ascending; every token
+//             without a router); at most params.token_cap kept by the host's seeded draw (stream group);
+//   weights:  host memory, tokens.size() x members.size() (columns in `members`' order), each token's router
+//             probability of each member (0 where the token did not select it): the target y_t = the members'
+//             outputs weighted by them, renormalised over the token's row (the host's group_target); empty: the
+//             plain mean of the members' outputs (the host without a router);
+//   out:      one expert of the stack's shape: sum_i a_i theta_i with the learned a (merge_weighted's kernels,
+//             bit-identical to the host's weighted merge for the same a).
+//   Returns the host's merge_report for this one group: method learned, router resolve_router_rule(params,
+//   false) (no router rows merged here: report.coefficients give them), coefficients (E entries: the learned
+//   a for the members, 0 elsewhere), groups (one entry: dominant, tokens kept, objective_initial,
+//   objective_final, iterations; error NaN), status (iteration_limit when the loop stopped at
+//   max_iterations), iterations, criterion (the last coefficient step). Without tokens: a uniform, objectives
+//   NaN, as on the host.
+//
+// Method (cuda/merge/detail/learned_device.cuh): the host's projected gradient (the same code,
+// merge/detail/learned_solver.hpp: backtracking step from 1 / ||grad||, the sort-based projection onto the
+// simplex, at most max_iterations steps, stop when no coefficient moves by more than learned_tolerance) runs on
+// the host; each evaluation of the objective runs on the device: the members' pre-activations once (2 cuBLAS
+// GEMMs per member), then per evaluation the mixed hidden activations (one kernel, double sums rounded to A),
+// the output GEMM, the residual, the loss by cub::DeviceSegmentedReduce, and with the gradient two more GEMMs
+// (R^T h, R W2_a), one element-wise kernel and the per-member dot products by cub::DeviceSegmentedReduce in
+// double. The n coefficients travel to the kernels by value.
+// Synchronisation: each evaluation SYNCHRONISES ctx.stream once, to copy back the loss (and the 3 n dot products
+// and the d column sums of R with the gradient) into pinned memory; the setup synchronises once (the members'
+// b2 in double, for the gradient's b2 term summed on the host); the token ids and weights are copied from
+// pageable host memory. Expect one to about three evaluations per iteration.
+// Precision and agreement: the GEMMs in A by cuBLAS, the sums in double in other orders than the host's: the
+// objective and gradient agree with the host's to rounding, hence the coefficients to about 1e-6 (the same
+// step decisions); exactly equal coefficients would give the same merged weights bit for bit.
+// Workspace (merge_learned_workspace_size): with t kept tokens, n members: (2 n + 5) t d_ff + (2 n + 4) d d_ff
+// + 4 t d values of A, t d + t + n d + d doubles (the target's accumulator, b2), t ids and t n weights, the
+// expert forward's, 3 n + 1 + d read-back doubles and CUB's temporary storage; plus 3 n + 1 + d doubles of
+// pinned host memory per call.
+// Determinism: no atomics; fixed reduction orders: bit-identical from run to run on one GPU with one stream.
+// Checks: as merge_fix_dom, plus weights' shape and values (finite, >= 0), max_iterations >= 1 and
+// learned_tolerance >= 0.
+//
+// Hardware: compiled for sm_80 and sm_90, not run on hardware (tests/cuda/test_merge_cuda.cu's learned case is
+// written, not run).
+
+
+/// Workspace bytes of the device merge_learned of a group of `members` experts of d x d_ff (gated or not),
+/// storage W, whose token list holds `tokens` entries before the cap, with or without target weights.
+template <class W>
+std::size_t merge_learned_workspace_size(const merge_params& params, index_t tokens, index_t members, index_t d,
+                                         index_t d_ff, bool gated, bool weighted) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "merge_learned_workspace_size";
+  moecomp::detail::check_extents(fn, {{"tokens", tokens}, {"members", members}, {"d", d}, {"d_ff", d_ff}});
+  MOECOMP_EXPECTS(members >= 1, fn, ": members must be >= 1, got ", members);
+  MOECOMP_EXPECTS(params.token_cap >= 0, fn, ": params.token_cap must be >= 0, got ", params.token_cap);
+  const index_t kept = detail::capped_count(tokens, params.token_cap);
+  if (kept == 0) return 0;
+  return cuda_detail::make_learned_plan<W>(fn, kept, members, d, d_ff, gated, weighted).bytes;
+}
+
+/// The group's learned merge into out (see above), with a caller's workspace.
+template <class W>
+merge_report merge_learned(const cuda_context& ctx, const merge_params& params,
+                           const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const index_t> members,
+                           index_t dominant, index_t group,
+                           moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                           vector_view<const index_t> tokens, matrix_view<const double> weights,
+                           const moe::ffn_expert_device_mutable_view<W>& out,
+                           vector_view<std::byte, device_memory> workspace) {
+  using A = accumulator_t<W>;
+  moecomp::detail::check_device_element_type<A>();
+  constexpr const char* fn = "merge_learned";
+  cuda_detail::check_fix_dom_arguments<W>(fn, params, experts, members, dominant, group, x, tokens, out, {});
+  cuda_detail::check_learned_arguments(fn, params, tokens.size(), members.size(), weights);
+  const index_t n = members.size(), t_all = tokens.size();
+  // The kept positions: the host's draw on positions 0..T-1 (cap_tokens draws positions, whatever the values).
+  std::vector<index_t> positions(static_cast<std::size_t>(t_all));
+  for (index_t i = 0; i < t_all; ++i) positions[static_cast<std::size_t>(i)] = i;
+  positions = detail::cap_tokens(std::move(positions), params.token_cap, params.seed, static_cast<std::uint64_t>(group));
+  const auto t = static_cast<index_t>(positions.size());
+  const std::vector<index_t> ordered = cuda_detail::dominant_first(members, dominant);
+  std::vector<index_t> by_id(ordered);
+  std::sort(by_id.begin(), by_id.end());
+  std::vector<index_t> ids;
+  std::vector<double> w;  // kept rows x by_id columns
+  for (index_t p : positions) {
+    ids.push_back(tokens[p]);
+    if (weights.empty()) continue;
+    for (index_t e : by_id)
+      for (index_t c = 0; c < n; ++c)
+        if (members[c] == e) w.push_back(weights(p, c));
+  }
+  std::vector<double> alpha(static_cast<std::size_t>(n), 1.0 / static_cast<double>(n));
+  merge::detail::learned_outcome lo;
+  lo.alpha = alpha;
+  lo.initial = lo.final = std::numeric_limits<double>::quiet_NaN();
+  if (t > 0) {
+    const auto plan = cuda_detail::make_learned_plan<W>(fn, t, n, experts.d_model(), experts.d_ff(), experts.gated(),
+                                                        !weights.empty());
+    moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+    cuda_detail::device_learned_problem<W> problem(ctx, params.forward, plan, experts, ordered, by_id, x, ids, w,
+                                                   workspace.data());
+    lo = merge::detail::projected_gradient(problem, static_cast<std::size_t>(n), params);
+  }
+  std::vector<moe::ffn_expert_device_view<W>> views;
+  for (index_t e : ordered) views.push_back(experts.expert(e));
+  moecomp::detail::gather_experts<W>(ctx, views, lo.alpha, nullptr, 0, out);
+  merge_report report = cuda_detail::one_group_report(merge_method::learned, params, experts.experts(), ordered,
+                                                      lo.alpha, t);
+  merge_group_report& g = report.groups.front();
+  g.objective_initial = lo.initial;
+  g.objective_final = lo.final;
+  g.iterations = lo.iterations;
+  report.iterations = lo.iterations;
+  report.criterion = lo.last_step;
+  if (!lo.converged) report.status = moecomp::status::iteration_limit;
+  return report;
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class W>
+merge_report merge_learned(const cuda_context& ctx, const merge_params& params,
+                           const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const index_t> members,
+                           index_t dominant, index_t group,
+                           moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                           vector_view<const index_t> tokens, matrix_view<const double> weights,
+                           const moe::ffn_expert_device_mutable_view<W>& out) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "merge_learned";
+  cuda_detail::check_fix_dom_arguments<W>(fn, params, experts, members, dominant, group, x, tokens, out, {});
+  cuda_detail::check_learned_arguments(fn, params, tokens.size(), members.size(), weights);  // before the allocation
+  const moecomp::detail::scoped_workspace workspace(
+      ctx, merge_learned_workspace_size<W>(params, tokens.size(), members.size(), experts.d_model(), experts.d_ff(),
+                                           experts.gated(), !weights.empty()));
+  return merge_learned<W>(ctx, params, experts, members, dominant, group, x, tokens, weights, out, workspace.view());
 }
 
 }  // namespace merge

@@ -13,6 +13,8 @@
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/gating/routing.hpp>
 #include <moecomp/merge/merge_types.hpp>
+#include <moecomp/merge/detail/fix_dom_rules.hpp>
+#include <moecomp/merge/detail/learned_solver.hpp>
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
 #include <moecomp/core/detail/activation.hpp>
@@ -97,26 +99,6 @@ inline index_t most_frequent(const std::vector<index_t>& members, const std::vec
   for (index_t e : members)
     if (f[static_cast<std::size_t>(e)] > f[static_cast<std::size_t>(best)]) best = e;
   return best;
-}
-
-/// At most `cap` of `tokens` (cap 0: all), drawn without replacement by a partial Fisher-Yates shuffle from
-/// (seed, stream), then put back in ascending position order.
-inline std::vector<index_t> cap_tokens(std::vector<index_t> tokens, index_t cap, std::uint64_t seed, std::uint64_t stream) {
-  const auto n = static_cast<index_t>(tokens.size());
-  if (cap == 0 || n <= cap) return tokens;
-  random_generator rng(seed, stream);
-  std::vector<index_t> position(static_cast<std::size_t>(n));
-  std::iota(position.begin(), position.end(), index_t(0));
-  for (index_t i = 0; i < cap; ++i) {
-    const auto j = i + static_cast<index_t>(rng.uniform_index(static_cast<std::uint64_t>(n - i)));
-    std::swap(position[static_cast<std::size_t>(i)], position[static_cast<std::size_t>(j)]);
-  }
-  position.resize(static_cast<std::size_t>(cap));
-  std::sort(position.begin(), position.end());
-  std::vector<index_t> out;
-  out.reserve(position.size());
-  for (index_t p : position) out.push_back(tokens[static_cast<std::size_t>(p)]);
-  return out;
 }
 
 /// Tokens routed to at least one member (each once, ascending); every token without routes.
@@ -258,10 +240,9 @@ void fix_dom_match(const host_context& ctx, matrix_view<const A> zd, const std::
     std::vector<double> best(static_cast<std::size_t>(b1 - b0), -std::numeric_limits<double>::infinity());
     for (index_t a = 0; a < d_ff; ++a) {
       const A* row = c.row_ptr(a);
-      const double na = norm_d[static_cast<std::size_t>(a)] * scale;
+      const double na = norm_d[static_cast<std::size_t>(a)];
       for (index_t b = b0; b < b1; ++b) {
-        const double sab = na * norm_j[static_cast<std::size_t>(b)];
-        const double v = static_cast<double>(row[b]) * (sab / (sab + eps));
+        const double v = fix_dom_score(static_cast<double>(row[b]), na, norm_j[static_cast<std::size_t>(b)], scale, eps);
         if (v > best[static_cast<std::size_t>(b - b0)]) {
           best[static_cast<std::size_t>(b - b0)] = v;
           match[static_cast<std::size_t>(b)] = a;
@@ -321,21 +302,6 @@ void fix_dom_combine(const host_context& ctx, const moe::ffn_expert_stack_view<W
   });
 }
 
-
-/// The Euclidean projection of v onto the probability simplex (sort-based: Held, Wolfe and Crowder; Duchi et al.).
-inline std::vector<double> project_to_simplex(const std::vector<double>& v) {
-  std::vector<double> u(v);
-  std::sort(u.begin(), u.end(), [](double a, double b) { return a > b; });
-  double cumulative = 0, theta = 0;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    cumulative += u[i];
-    const double t = (cumulative - 1.0) / static_cast<double>(i + 1);
-    if (u[i] - t > 0) theta = t;
-  }
-  std::vector<double> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = std::max(0.0, v[i] - theta);
-  return out;
-}
 
 /// y (tokens x d) = the group's original output on tokens xg: the members' outputs weighted by their router
 /// probabilities renormalised over the group's selected members (the plain mean without routes).
@@ -573,70 +539,12 @@ class learned_problem {
   bool forward_current_ = false;
 };
 
-/// The outcome of one group's learning.
-struct learned_outcome {
-  std::vector<double> alpha;
-  double initial = 0, final = 0, last_step = 0;
-  std::int64_t iterations = 0;
-  bool converged = true;
-};
-
 template <class W, class A = accumulator_t<W>>
 learned_outcome learn_coefficients(const host_context& ctx, const merge_params& params,
                                    const moe::ffn_expert_stack_view<W>& experts, const std::vector<index_t>& members,
                                    matrix_view<const A> xg, const A* y) {
-  learned_outcome out;
-  const std::size_t n = members.size();
-  out.alpha.assign(n, 1.0 / static_cast<double>(n));
   learned_problem<W, A> problem(ctx, params.forward, experts, members, xg, y);
-  std::vector<double> grad, next(n), trial_grad;
-  double loss = problem.evaluate(out.alpha, &grad);
-  out.initial = out.final = loss;
-  if (n == 1) return out;
-  double norm = 0;
-  for (double g : grad) norm += g * g;
-  double step = norm > 0 ? 1.0 / std::sqrt(norm) : 1.0;
-  out.converged = false;
-  for (int it = 0; it < params.max_iterations; ++it) {
-    bool accepted = false;
-    double moved = 0;
-    for (int halving = 0; halving < 60; ++halving) {
-      std::vector<double> v(n);
-      for (std::size_t i = 0; i < n; ++i) v[i] = out.alpha[i] - step * grad[i];
-      next = project_to_simplex(v);
-      double linear = 0, square = 0;
-      moved = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const double delta = next[i] - out.alpha[i];
-        linear += grad[i] * delta;
-        square += delta * delta;
-        moved = std::max(moved, std::fabs(delta));
-      }
-      if (moved == 0) break;
-      const double trial = problem.evaluate(next, nullptr);
-      if (trial <= loss + linear + square / (2 * step)) {
-        accepted = true;
-        break;
-      }
-      step *= 0.5;
-    }
-    if (!accepted) {  // no descent step: a stationary point of the projected problem
-      out.converged = true;
-      out.last_step = 0;
-      break;
-    }
-    out.alpha = next;
-    loss = problem.evaluate(out.alpha, &grad);
-    out.final = loss;
-    out.last_step = moved;
-    ++out.iterations;
-    step *= 2;
-    if (moved <= params.learned_tolerance) {
-      out.converged = true;
-      break;
-    }
-  }
-  return out;
+  return projected_gradient(problem, members.size(), params);
 }
 
 /// The whole layer: each group merged by params.method into out.experts, the router rows, the map, the report.

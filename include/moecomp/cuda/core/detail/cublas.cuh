@@ -86,6 +86,23 @@ inline void gemm_abt(cublasHandle_t handle, index_t p, index_t w, index_t d, con
                                  g, static_cast<int>(ldg)));
 }
 
+/// Row-major G (p x w, row stride ldg) = A^T B, A: t x p (row stride lda), B: t x w (row stride ldb). Column-major
+/// that is G^T (w x p) = B' A'^T with B' the stored w x t and A' the stored p x t.
+inline void gemm_atb(cublasHandle_t handle, index_t p, index_t w, index_t t, const float* a, index_t lda,
+                     const float* b, index_t ldb, float* g, index_t ldg) {
+  const float one = 1.0f, zero = 0.0f;
+  MOECOMP_CUBLAS_TRY(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(w), static_cast<int>(p),
+                                 static_cast<int>(t), &one, b, static_cast<int>(ldb), a, static_cast<int>(lda), &zero,
+                                 g, static_cast<int>(ldg)));
+}
+inline void gemm_atb(cublasHandle_t handle, index_t p, index_t w, index_t t, const double* a, index_t lda,
+                     const double* b, index_t ldb, double* g, index_t ldg) {
+  const double one = 1.0, zero = 0.0;
+  MOECOMP_CUBLAS_TRY(cublasDgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(w), static_cast<int>(p),
+                                 static_cast<int>(t), &one, b, static_cast<int>(ldb), a, static_cast<int>(lda), &zero,
+                                 g, static_cast<int>(ldg)));
+}
+
 /// gemm_abt over `batches` problems at once (cublas<t>gemmStridedBatched): problem k reads A and B at
 /// k * stride_ab elements from a and b and writes G at k * stride_g. One launch fills the GPU where each
 /// problem alone is too small to (a thin product with a long inner dimension, say).
