@@ -487,3 +487,35 @@ TEST_CASE("alignment refuses mismatched shapes, missing tokens, wrong objectives
   CHECK(thrown_message([&] { align::parse_align_objective("cosine"); }) ==
         "objective: expected weights, inner or correlation, got 'cosine'");
 }
+
+TEST_CASE("the design-row column mapping the device kernels use (align_rules.hpp) is design_matrix's") {
+  // Every column of every layout (gated or not, with or without b1 / b3), element for element, in bf16 storage.
+  for (const bool gated : {true, false})
+    for (const bool biases : {true, false}) {
+      CAPTURE(gated);
+      CAPTURE(biases);
+      const expert<moecomp::bfloat16> e = random_expert<moecomp::bfloat16>(gated ? 5 : 6, gated, biases);
+      const align::detail::design_layout layout = align::detail::make_design_layout(d, gated, biases, biases && gated);
+      REQUIRE(layout.width == align::design_width(e.view()));
+      host_matrix<float> rows(d_ff, layout.width);
+      align::design_matrix<moecomp::bfloat16>(host_context(1), e.view(), rows.view());
+      index_t mismatches = 0;
+      for (index_t i = 0; i < d_ff; ++i)
+        for (index_t c = 0; c < layout.width; ++c) {
+          index_t k = -1;
+          float want = 0;
+          switch (align::detail::design_source(layout, c, k)) {
+            case align::detail::design_piece::w1: want = moecomp::convert_to<float>(e.w1(i, k)); break;
+            case align::detail::design_piece::b1: want = moecomp::convert_to<float>(e.b1[i]); break;
+            case align::detail::design_piece::w3: want = moecomp::convert_to<float>(e.w3(i, k)); break;
+            case align::detail::design_piece::b3: want = moecomp::convert_to<float>(e.b3[i]); break;
+            case align::detail::design_piece::w2: want = moecomp::convert_to<float>(e.w2(k, i)); break;
+          }
+          if (rows(i, c) != want) ++mismatches;
+        }
+      CHECK(mismatches == 0);
+      CHECK(layout.b1 == (biases ? d : -1));
+      CHECK(layout.w3 == (gated ? d + (biases ? 1 : 0) : -1));
+      CHECK(layout.w2 == layout.width - d);
+    }
+}

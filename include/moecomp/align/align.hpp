@@ -130,12 +130,7 @@ align_result align_experts(const host_context& ctx, const align_params& params, 
   static_assert(moecomp::detail::is_weight_type_v<W>, "align_experts: W must be float, double, bfloat16 or half");
   moecomp::detail::check_ffn_expert(fn, reference);
   moecomp::detail::check_ffn_expert(fn, expert);
-  MOECOMP_EXPECTS(expert.d_ff() == reference.d_ff() && expert.d_model() == reference.d_model() &&
-                      expert.gated() == reference.gated() && expert.b1.empty() == reference.b1.empty() &&
-                      expert.b3.empty() == reference.b3.empty(),
-                  fn, ": expert must have the reference's shape (d_ff ", reference.d_ff(), ", d ", reference.d_model(),
-                  reference.gated() ? ", gated" : ", not gated", ", the same biases), got d_ff ", expert.d_ff(), ", d ",
-                  expert.d_model(), expert.gated() ? ", gated" : ", not gated");
+  detail::check_expert_pair_shape(fn, reference, expert);
   MOECOMP_EXPECTS(p.size() == reference.d_ff(), fn, ": permutation must have ", reference.d_ff(),
                   " entries (one per neuron), got ", p.size());
   const index_t d_ff = reference.d_ff();

@@ -55,6 +55,17 @@ inline void check_correlation_shapes(const char* fn, index_t a_rows, index_t a_c
 }
 
 /// The output of permute_neurons has exactly the input expert's pieces and shapes.
+/// align_experts' two experts (host or device views): one shape, the same biases.
+template <class Reference, class Expert>
+void check_expert_pair_shape(const char* fn, const Reference& reference, const Expert& expert) {
+  MOECOMP_EXPECTS(expert.d_ff() == reference.d_ff() && expert.d_model() == reference.d_model() &&
+                      expert.gated() == reference.gated() && expert.b1.empty() == reference.b1.empty() &&
+                      expert.b3.empty() == reference.b3.empty(),
+                  fn, ": expert must have the reference's shape (d_ff ", reference.d_ff(), ", d ", reference.d_model(),
+                  reference.gated() ? ", gated" : ", not gated", ", the same biases), got d_ff ", expert.d_ff(), ", d ",
+                  expert.d_model(), expert.gated() ? ", gated" : ", not gated");
+}
+
 template <class W>
 void check_same_expert_shape(const char* fn, const moe::ffn_expert_view<W>& in, const moe::ffn_expert_mutable_view<W>& out) {
   const auto same = [&](const char* name, index_t r, index_t c, index_t want_r, index_t want_c) {

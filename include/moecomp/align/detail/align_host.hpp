@@ -22,11 +22,6 @@ MOECOMP_NAMESPACE_BEGIN
 namespace align {
 namespace detail {
 
-/// Columns of the design row [W1 | b1 | W3 | b3 | W2^T]: d for each weight, 1 for each bias present.
-inline index_t design_columns(index_t d, bool gated, bool has_b1, bool has_b3) noexcept {
-  return d + (has_b1 ? 1 : 0) + (gated ? d + (has_b3 ? 1 : 0) : 0) + d;
-}
-
 /// out(i, :) = expert's design row of neuron i, converted to T. W1 / W3 rows are copied row by row; W2^T is
 /// transposed in 64 x 64 blocks (a column-by-column read of W2 would touch a new cache line per element).
 template <class W, class T>
@@ -35,18 +30,15 @@ void fill_design(const host_context& ctx, const moe::ffn_expert_view<W>& e, matr
   const auto convert_row = [d](const W* src, T* dst) {
     for (index_t j = 0; j < d; ++j) dst[j] = convert_to<T>(src[j]);
   };
+  const design_layout layout = make_design_layout(d, e.gated(), !e.b1.empty(), !e.b3.empty());
   moecomp::detail::parallel_for(d_ff, ctx.threads(), [&](index_t i, int) {
     T* row = out.row_ptr(i);
-    convert_row(e.w1.row_ptr(i), row);
-    row += d;
-    if (!e.b1.empty()) *row++ = convert_to<T>(e.b1[i]);
-    if (e.gated()) {
-      convert_row(e.w3.row_ptr(i), row);
-      row += d;
-      if (!e.b3.empty()) *row++ = convert_to<T>(e.b3[i]);
-    }
+    convert_row(e.w1.row_ptr(i), row + layout.w1);
+    if (layout.b1 >= 0) row[layout.b1] = convert_to<T>(e.b1[i]);
+    if (layout.w3 >= 0) convert_row(e.w3.row_ptr(i), row + layout.w3);
+    if (layout.b3 >= 0) row[layout.b3] = convert_to<T>(e.b3[i]);
   });
-  const index_t down = design_columns(d, e.gated(), !e.b1.empty(), !e.b3.empty()) - d;  // W2^T's first column
+  const index_t down = layout.w2;  // W2^T's first column
   constexpr index_t block = 64;
   const index_t row_blocks = (d_ff + block - 1) / block, col_blocks = (d + block - 1) / block;
   moecomp::detail::parallel_for(row_blocks * col_blocks, ctx.threads(), [&](index_t k, int) {

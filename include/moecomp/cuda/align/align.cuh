@@ -1,7 +1,8 @@
 #pragma once
 // Neuron alignment on the device: the device overloads of <moecomp/align/align.hpp>'s align_rows,
-// align_activations, pearson_correlation and permute_neurons, with the same names, argument order, objectives
-// and checks, taking a cuda_context and device views. Documentation: docs/align.md, "Device".
+// align_activations, pearson_correlation, align_experts, align_stack and permute_neurons, with the same names,
+// argument order, objectives, result types and checks, taking a cuda_context and device views. Documentation:
+// docs/align.md, "Device".
 //
 //   align_rows(ctx, params, a, b, p[, workspace])   a: n x f, b: m x f design rows (n <= m), T float or double;
 //                                     p (n, device): p[i] = the row of b matched to row i of a, minimising
@@ -13,6 +14,14 @@
 //   pearson_correlation(ctx, a, b, out[, workspace])  out (n x m, device, any row stride) = the correlations of
 //                                     a's columns with b's (the cost matrix of align_activations; merging's
 //                                     fix-dom ranks by them);
+//   align_experts(ctx, params, reference, expert, x, p[, workspace])  two device experts of one shape (W float,
+//                                     double, bfloat16 or half); p (d_ff, device): the expert's neuron matched to
+//                                     the reference's neuron i, by design rows (weights, inner; x unused) or by
+//                                     the hidden activations on the device tokens x (correlation);
+//   align_stack(ctx, params, stack, reference, x, permutations[, workspace])  permutations (E x d_ff, device,
+//                                     any row stride): row e = align_experts(stack[reference], stack[e]), the
+//                                     reference's row the identity (the host's targets: one expert of the stack,
+//                                     by index, such as a cluster's dominant one);
 //   permute_neurons(ctx, expert, p, out)            out's neuron i = the expert's neuron p[i] (a gather).
 //
 // Method: the host's cost matrices by cuBLAS (<moecomp/cuda/align/detail/align_device.cuh>): squared distances
@@ -22,6 +31,12 @@
 // values in T) and one GEMM; then the device auction assignment (<moecomp/cuda/ot/auction_assignment.cuh>,
 // automatic epsilon); the reported cost recomputed from the rows (or standardised columns) in double at p.
 // The per-element rules are the host's (align/detail/align_rules.hpp, core/detail/correlation_rules.hpp).
+// align_experts / align_stack: each expert's design rows [W1 | b1 | W3 | b3 | W2^T] built on the device in
+// accumulator_t<W> (float for float, bfloat16 and half; double for double) with the host's column layout and
+// conversions (align::detail::make_design_layout / design_source, convert_to: the same values as the host's
+// design_matrix), by an element-wise kernel for the row pieces and a tiled transpose for W2^T; or, for
+// correlation, each expert's hidden activations on x by the device expert forward (<moecomp/cuda/moe/expert.cuh>,
+// params.forward); then align_rows / align_activations above. align_stack builds the reference's rows once.
 // permute_neurons: the weighted-gather kernels of merging (<moecomp/cuda/core/detail/expert_gather.cuh>) with one
 // member and coefficient 1: each value goes through double and back, which is exact.
 //
@@ -34,43 +49,53 @@
 // stops early, not_converged if its bidding stalls; then cost is 0 and unassigned entries of p are -1). Input
 // values are not checked (device memory): a NaN or infinity, or a cost that overflows T, makes the cost matrix
 // non-finite, which the auction refuses (invalid_argument naming auction_assignment); pearson_correlation
-// passes NaN through.
-// Asynchrony: align_rows and align_activations SYNCHRONISE ctx.stream (the auction reads back its progress;
-// the cost is read back); p is ready when they return. pearson_correlation and permute_neurons are
-// asynchronous on ctx.stream. Without a cuBLAS handle in ctx, the temporary handle's destruction synchronises
-// the device.
+// passes NaN through. The correlation objective's activations come from cuBLAS GEMMs, so they (and the costs)
+// agree with the host's to rounding.
+// Asynchrony: align_rows, align_activations, align_experts and align_stack SYNCHRONISE ctx.stream (the auction
+// reads back its progress; the cost is read back; align_stack once per aligned expert); p / permutations are
+// ready when they return. pearson_correlation and permute_neurons are asynchronous on ctx.stream. Without a
+// cuBLAS handle in ctx, the temporary handle's destruction synchronises the device.
 // Workspace: align_rows: the n x m cost in T, n + m doubles (weights only: the squared norms) and n more (the
 // pairs' terms), the auction's (about 40 m bytes) and CUB's temporary storage (align_rows_workspace_size);
 // align_activations: (n + m) x tokens values of T (the standardised columns), 2 (n + m) + n doubles, the n x m
 // cost and the auction's (align_activations_workspace_size); pearson_correlation the same without the cost, the
-// n terms and the auction (pearson_correlation_workspace_size). Without a workspace argument it comes from
-// ctx's allocator; permute_neurons needs none.
+// n terms and the auction (pearson_correlation_workspace_size); align_experts and align_stack (the same size,
+// align_experts_workspace_size / align_stack_workspace_size from the views' shapes and the token count): two
+// d_ff x width design matrices and align_rows' workspace (weights, inner), or two tokens x d_ff activation
+// matrices and the larger of align_activations' workspace and the device forward's (16-bit weights converted
+// to float, the up-projection chunk). Without a workspace argument it comes from ctx's allocator;
+// permute_neurons needs none.
 // Determinism: no atomics in these kernels; the segmented reductions have a fixed order per segment, cuBLAS
 // GEMMs are run-to-run deterministic on one GPU with one stream, and the auction is deterministic: p and cost
 // are bit-identical from run to run. The correlations and costs agree with the host's to rounding, not bit for
-// bit (other GEMM kernels and summation orders).
+// bit (other GEMM kernels and summation orders); the design rows are the host's values exactly.
 // Checks (invalid_argument, "function: argument must be X, got Y"): the host's shape checks (align/detail/
-// align_checks.hpp), the correlation objective given to align_rows, cuBLAS's int limits on shapes and row
-// strides, out overlapping a or b: all on the host before any CUDA call. Then a caller's workspace too small
-// (its size comes from CUB's size queries, which read the device's properties). The values of p given to
-// permute_neurons are not checked: it must be a permutation of 0..d_ff-1.
+// align_checks.hpp; for experts and stacks the host's messages), the correlation objective given to align_rows,
+// tokens missing for the correlation objective, cuBLAS's int limits on shapes and row strides, out overlapping
+// a or b: all on the host before any CUDA call. Then a caller's workspace too small (its size comes from CUB's
+// size queries, which read the device's properties). The values of p given to permute_neurons are not checked:
+// it must be a permutation of 0..d_ff-1. The weights are not checked for finiteness (device memory).
 //
-// Hardware: align_rows, align_activations and pearson_correlation are compiled for sm_80 and sm_90 and have
-// not run on a GPU (tests/cuda/test_align_cuda.cu is written, not run). permute_neurons:
-// tests/cuda/test_merge_cuda.cu passes on an H100 (2026-11-26); see docs/cuda.md.
+// Hardware: align_rows, align_activations, pearson_correlation, align_experts and align_stack are COMPILED, NOT
+// RUN ON HARDWARE: nvcc builds them for sm_80 and sm_90; tests/cuda/test_align_cuda.cu is written, not run on a
+// GPU (only its argument checks, which need none, have run). permute_neurons: tests/cuda/test_merge_cuda.cu
+// passes on an H100 (2026-11-26); see docs/cuda.md.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/align/align_types.hpp>
 #include <moecomp/cuda/core/context.cuh>
+#include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/cuda/moe/expert_types.cuh>
 #include <moecomp/align/detail/align_checks.hpp>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/cuda/align/detail/align_device.cuh>
+#include <moecomp/cuda/align/detail/align_device_checks.cuh>
 #include <moecomp/cuda/core/detail/expert_gather.cuh>
 #include <moecomp/cuda/core/detail/workspace.cuh>
+#include <moecomp/cuda/moe/expert.cuh>
 
 #include <cstddef>
 #include <vector>
@@ -78,26 +103,6 @@
 MOECOMP_NAMESPACE_BEGIN
 namespace align {
 
-namespace cuda_detail {
-
-/// align_rows' checks, all on the host and before any device work.
-template <class T>
-void check_align_rows_arguments(const char* fn, const align_params& params, matrix_view<const T, device_memory> a,
-                                matrix_view<const T, device_memory> b, vector_view<index_t, device_memory> p) {
-  detail::check_row_objective(fn, params.objective);
-  detail::check_row_alignment(fn, a.rows(), a.cols(), b.rows(), b.cols(), p.size());
-  check_int_extents(fn, {{"a's row stride", a.row_stride()}, {"b's row stride", b.row_stride()}});
-}
-
-/// pearson_correlation's and align_activations' shape checks, on the host.
-template <class T>
-void check_activation_strides(const char* fn, matrix_view<const T, device_memory> a,
-                              matrix_view<const T, device_memory> b) {
-  check_int_extents(fn, {{"the number of tokens", a.rows()}, {"a's neurons", a.cols()}, {"b's neurons", b.cols()},
-                         {"a's row stride", a.row_stride()}, {"b's row stride", b.row_stride()}});
-}
-
-}  // namespace cuda_detail
 
 /// Workspace bytes of the device align_rows on a: n x f and b: m x f, element type T, under params.objective.
 template <class T>
@@ -136,18 +141,6 @@ align_result align_rows(const cuda_context& ctx, const align_params& params,
   return align_rows<T>(ctx, params, a, b, p, workspace.view());
 }
 
-namespace cuda_detail {
-/// The checks of both pearson_correlation overloads, all on the host before any CUDA call.
-template <class T>
-void check_correlation_arguments(const char* fn, matrix_view<const T, device_memory> a,
-                                 matrix_view<const T, device_memory> b, matrix_view<T, device_memory> out) {
-  detail::check_correlation_shapes(fn, a.rows(), a.cols(), b.rows(), b.cols(), out.rows(), out.cols());
-  check_activation_strides<T>(fn, a, b);
-  check_int_extents(fn, {{"out's row stride", out.row_stride()}});
-  moecomp::detail::check_no_overlap(fn, "out", out, "a", a);
-  moecomp::detail::check_no_overlap(fn, "out", out, "b", b);
-}
-}  // namespace cuda_detail
 
 /// Workspace bytes of the device pearson_correlation of a: tokens x n with b: tokens x m, element type T.
 template <class T>
@@ -224,6 +217,98 @@ align_result align_activations(const cuda_context& ctx,
   cuda_detail::check_activation_strides<T>(fn, a, b);
   const moecomp::detail::scoped_workspace workspace(ctx, align_activations_workspace_size<T>(a.rows(), a.cols(), b.cols()));
   return align_activations<T>(ctx, a, b, p, workspace.view());
+}
+
+
+/// Workspace bytes of the device align_experts of two experts shaped like `reference` (only its shapes are read,
+/// never its device memory; CUB's size queries read the device's properties), with `tokens` calibration tokens
+/// for the correlation objective (ignored for weights and inner).
+template <class W>
+std::size_t align_experts_workspace_size(const align_params& params, const moe::ffn_expert_device_view<W>& reference,
+                                         index_t tokens) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "align_experts_workspace_size";
+  moe::cuda_detail::check_device_expert(fn, reference);
+  moecomp::detail::check_extents(fn, {{"tokens", tokens}});
+  return cuda_detail::plan_for<W>(fn, params, reference.d_model(), reference.d_ff(), reference.gated(),
+                                  !reference.b1.empty(), !reference.b3.empty(), tokens)
+      .bytes;
+}
+
+/// p[i] = the expert's neuron matched to the reference's neuron i (p: d_ff entries, device), all device memory,
+/// with a caller's workspace (see above): weights / inner on the design rows built on the device (x unused, may
+/// be empty), correlation on both experts' hidden activations on the tokens x (n x d in accumulator_t<W>,
+/// n >= 2; params.forward runs them). Synchronises; returns the objective at p and the status.
+template <class W>
+align_result align_experts(const cuda_context& ctx, const align_params& params,
+                           const moe::ffn_expert_device_view<W>& reference, const moe::ffn_expert_device_view<W>& expert,
+                           moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                           vector_view<index_t, device_memory> p, vector_view<std::byte, device_memory> workspace) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "align_experts";
+  cuda_detail::check_align_experts_arguments<W>(fn, params, reference, expert, x, p);
+  const auto plan = cuda_detail::plan_for<W>(fn, params, reference.d_model(), reference.d_ff(), reference.gated(),
+                                             !reference.b1.empty(), !reference.b3.empty(), x.rows());
+  moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+  return cuda_detail::run_align_experts<W>(ctx, params, plan, reference, expert, x, p, workspace.data());
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class W>
+align_result align_experts(const cuda_context& ctx, const align_params& params,
+                           const moe::ffn_expert_device_view<W>& reference, const moe::ffn_expert_device_view<W>& expert,
+                           moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                           vector_view<index_t, device_memory> p) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  cuda_detail::check_align_experts_arguments<W>("align_experts", params, reference, expert, x, p);
+  const moecomp::detail::scoped_workspace workspace(ctx, align_experts_workspace_size<W>(params, reference, x.rows()));
+  return align_experts<W>(ctx, params, reference, expert, x, p, workspace.view());
+}
+
+/// Workspace bytes of the device align_stack on a stack shaped like `stack` (only its shapes are read), with
+/// `tokens` calibration tokens for the correlation objective (ignored for weights and inner). The same as
+/// align_experts' for one of its experts: the reference's rows are kept while each other expert's are built.
+template <class W>
+std::size_t align_stack_workspace_size(const align_params& params, const moe::ffn_expert_stack_device_view<W>& stack,
+                                       index_t tokens) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "align_stack_workspace_size";
+  cuda_detail::check_device_stack<W>(fn, stack);
+  moecomp::detail::check_extents(fn, {{"tokens", tokens}});
+  return cuda_detail::plan_for<W>(fn, params, stack.d_model(), stack.d_ff(), stack.gated(), !stack.b1.empty(),
+                                  !stack.b3.empty(), tokens)
+      .bytes;
+}
+
+/// Row e of permutations (E x d_ff, device) = align_experts(stack.expert(reference), stack.expert(e)); the
+/// reference's own row is the identity. All device memory, with a caller's workspace (see above). The reference's
+/// design rows or activations are built once. Synchronises (once per aligned expert); returns the summed cost
+/// and the first status that is not ok (ok otherwise).
+template <class W>
+align_result align_stack(const cuda_context& ctx, const align_params& params,
+                         const moe::ffn_expert_stack_device_view<W>& stack, index_t reference,
+                         moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                         matrix_view<index_t, device_memory> permutations,
+                         vector_view<std::byte, device_memory> workspace) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "align_stack";
+  cuda_detail::check_align_stack_arguments<W>(fn, params, stack, reference, x, permutations);
+  const auto plan = cuda_detail::plan_for<W>(fn, params, stack.d_model(), stack.d_ff(), stack.gated(),
+                                             !stack.b1.empty(), !stack.b3.empty(), x.rows());
+  moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+  return cuda_detail::run_align_stack<W>(ctx, params, plan, stack, reference, x, permutations, workspace.data());
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class W>
+align_result align_stack(const cuda_context& ctx, const align_params& params,
+                         const moe::ffn_expert_stack_device_view<W>& stack, index_t reference,
+                         moecomp::detail::type_identity_t<matrix_view<const accumulator_t<W>, device_memory>> x,
+                         matrix_view<index_t, device_memory> permutations) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  cuda_detail::check_align_stack_arguments<W>("align_stack", params, stack, reference, x, permutations);
+  const moecomp::detail::scoped_workspace workspace(ctx, align_stack_workspace_size<W>(params, stack, x.rows()));
+  return align_stack<W>(ctx, params, stack, reference, x, permutations, workspace.view());
 }
 
 /// out's neuron i = the expert's neuron p[i], all device memory (see above).

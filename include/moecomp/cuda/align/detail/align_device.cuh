@@ -10,13 +10,19 @@
 //                 cub::DeviceSegmentedReduce calls over the n + m rows), the rows standardised in place in T,
 //                 then one GEMM za zb^T;
 //   assignment:   ot::auction_assignment on the n x m cost (SYNCHRONISES);
+//   experts:      each expert's design rows [W1 | b1 | W3 | b3 | W2^T] in accumulator_t<W> (the host's layout and
+//                 conversions, align/detail/align_rules.hpp: an element-wise kernel for the row pieces, the tiled
+//                 transpose for W2^T), or its hidden activations by the device forward (cuda/moe); then the
+//                 rows or the correlation path above;
 //   objective:    the terms of each matched pair in double (cub::DeviceSegmentedReduce, one segment per row of
 //                 a), read back and summed on the host in row order, as the host does.
 // The per-element rules are the host's (align/detail/align_rules.hpp, core/detail/correlation_rules.hpp).
 // Every piece of the workspace starts on a 256-byte boundary (cuda/core/detail/workspace.cuh).
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
+#include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/align/align_types.hpp>
 #include <moecomp/align/detail/align_rules.hpp>
 #include <moecomp/core/detail/checks.hpp>
@@ -26,6 +32,8 @@
 #include <moecomp/cuda/core/kernel.cuh>
 #include <moecomp/cuda/core/detail/cublas.cuh>
 #include <moecomp/cuda/core/detail/workspace.cuh>
+#include <moecomp/cuda/moe/expert_types.cuh>
+#include <moecomp/cuda/moe/expert.cuh>
 #include <moecomp/cuda/ot/auction_assignment.cuh>
 #include <moecomp/ot/linear_assignment_types.hpp>
 
@@ -132,11 +140,12 @@ std::size_t segmented_sum_bytes(F element, index_t segments, index_t length) {
 
 // ---- Kernels.
 
-/// out (cols x rows, contiguous) = x^T (x: rows x cols at row stride ld), through 32 x 32 tiles in shared memory
-/// so that the reads and the writes are both coalesced; a grid-stride loop over the tiles, blocks of 32 x 8.
-template <class T>
+/// out (cols x rows at row stride ldo) = x^T (x: rows x cols at row stride ld) converted to T (convert_to, as the
+/// host converts), through 32 x 32 tiles in shared memory so that the reads and the writes are both coalesced; a
+/// grid-stride loop over the tiles, blocks of 32 x 8.
+template <class S, class T>
 MOECOMP_KERNEL void __launch_bounds__(transpose_tile * transpose_rows)
-    transpose_kernel(const T* x, index_t ld, index_t rows, index_t cols, T* out) {
+    transpose_kernel(const S* x, index_t ld, index_t rows, index_t cols, T* out, index_t ldo) {
   __shared__ T tile[transpose_tile][transpose_tile + 1];  // + 1: no bank conflicts on the column reads
   const index_t tile_cols = ceil_div(cols, transpose_tile), tiles = ceil_div(rows, transpose_tile) * tile_cols;
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -144,15 +153,44 @@ MOECOMP_KERNEL void __launch_bounds__(transpose_tile * transpose_rows)
     const index_t r0 = t / tile_cols * transpose_tile, c0 = t % tile_cols * transpose_tile;
     for (int dy = ty; dy < transpose_tile; dy += transpose_rows) {
       const index_t r = r0 + dy, c = c0 + tx;
-      if (r < rows && c < cols) tile[dy][tx] = x[r * ld + c];
+      if (r < rows && c < cols) tile[dy][tx] = convert_to<T>(x[r * ld + c]);
     }
     __syncthreads();
     for (int dy = ty; dy < transpose_tile; dy += transpose_rows) {
       const index_t c = c0 + dy, r = r0 + tx;
-      if (c < cols && r < rows) out[c * rows + r] = tile[tx][dy];
+      if (c < cols && r < rows) out[c * ldo + r] = tile[tx][dy];
     }
     __syncthreads();  // the tile is refilled by the next iteration
   }
+}
+
+/// The row pieces W1 | b1 | W3 | b3 (columns [0, layout.w2)) of an expert's design rows, converted to A by
+/// convert_to as the host's fill_design converts them, into out (d_ff x layout.width, contiguous); the column
+/// mapping is the host's (align::detail::design_source). A grid-stride loop over d_ff x layout.w2 elements.
+template <class W, class A>
+MOECOMP_KERNEL void __launch_bounds__(align_block)
+    design_rows_kernel(matrix_view<const W, device_memory> w1, matrix_view<const W, device_memory> w3,
+                       vector_view<const W, device_memory> b1, vector_view<const W, device_memory> b3, index_t d_ff,
+                       align::detail::design_layout layout, A* out) {
+  const index_t cols = layout.w2, total = d_ff * cols;
+  for (index_t t = index_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += index_t(gridDim.x) * blockDim.x) {
+    const index_t i = t / cols, c = t - i * cols;
+    index_t k = 0;
+    A v = A(0);
+    switch (align::detail::design_source(layout, c, k)) {
+      case align::detail::design_piece::w1: v = convert_to<A>(w1.row_ptr(i)[k]); break;
+      case align::detail::design_piece::b1: v = convert_to<A>(*b1.ptr(i)); break;
+      case align::detail::design_piece::w3: v = convert_to<A>(w3.row_ptr(i)[k]); break;
+      case align::detail::design_piece::b3: v = convert_to<A>(*b3.ptr(i)); break;
+      case align::detail::design_piece::w2: break;  // columns >= layout.w2: not in this kernel
+    }
+    out[i * layout.width + c] = v;
+  }
+}
+
+/// identity (n, contiguous) = 0, 1, ..., n - 1: the reference's own row of align_stack.
+MOECOMP_KERNEL void __launch_bounds__(align_block) identity_kernel(index_t* p, index_t n) {
+  for (index_t i = index_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += index_t(gridDim.x) * blockDim.x) p[i] = i;
 }
 
 /// cost (n x m, contiguous) from the cross terms a_i . b_j to the clamped squared distances, in place; a block
@@ -272,10 +310,11 @@ void correlation_into(const cuda_context& ctx, const cublas_session& blas, const
   std::byte* temp = at<std::byte>(base, plan.cub_temp);
   const dim3 tile_block(transpose_tile, transpose_rows);
   const auto tiles = [&](index_t cols) { return ceil_div(tokens, transpose_tile) * ceil_div(cols, transpose_tile); };
-  transpose_kernel<T><<<grid_for(tiles(n), 1), tile_block, 0, ctx.stream>>>(a.data(), a.row_stride(), tokens, n, z);
+  transpose_kernel<T, T><<<grid_for(tiles(n), 1), tile_block, 0, ctx.stream>>>(a.data(), a.row_stride(), tokens, n,
+                                                                                z, tokens);
   MOECOMP_CUDA_CHECK_LAUNCH();
-  transpose_kernel<T><<<grid_for(tiles(m), 1), tile_block, 0, ctx.stream>>>(b.data(), b.row_stride(), tokens, m,
-                                                                             z + n * tokens);
+  transpose_kernel<T, T><<<grid_for(tiles(m), 1), tile_block, 0, ctx.stream>>>(b.data(), b.row_stride(), tokens, m,
+                                                                                z + n * tokens, tokens);
   MOECOMP_CUDA_CHECK_LAUNCH();
   std::size_t bytes = plan.cub_bytes;
   segmented_sum(temp, bytes, element_value<T>{z}, sums, rows, tokens, tokens, ctx.stream);
@@ -368,6 +407,139 @@ align_result run_align_activations(const cuda_context& ctx, const correlation_pl
   const T* z = at<T>(base, plan.z);
   return assign_and_report<T>(ctx, plan.assignment, base, at<std::byte>(base, plan.cub_temp), plan.cub_bytes, n, m,
                               true, false, {z, tokens, z + n * tokens, tokens, tokens}, p);
+}
+
+// ---- Experts (align_experts, align_stack): each expert's design rows (weights, inner) or hidden activations
+// ---- (correlation) in A = accumulator_t<W>, then run_align_rows / run_align_activations on them.
+
+/// The workspace of align_experts and align_stack: the reference's rows (`first`: d_ff x width design rows, or
+/// tokens x d_ff activations), an expert's (`second`), and one inner piece shared, in stream order, by the
+/// device forward (correlation) and the alignment that follows it.
+struct experts_plan {
+  bool correlation = false;
+  index_t d = 0, d_ff = 0, tokens = 0;
+  align::detail::design_layout layout;
+  std::size_t first = 0, second = 0, inner = 0, bytes = 0;
+  rows_plan rows;
+  correlation_plan activations;
+  moe::cuda_detail::ffn_device_plan forward;
+};
+
+template <class W>
+experts_plan make_experts_plan(const char* fn, align_objective objective, index_t d, index_t d_ff, bool gated,
+                               bool has_b1, bool has_b3, index_t tokens) {
+  using A = accumulator_t<W>;
+  experts_plan p;
+  p.correlation = objective == align_objective::correlation;
+  p.d = d;
+  p.d_ff = d_ff;
+  p.tokens = p.correlation ? tokens : 0;
+  p.layout = align::detail::make_design_layout(d, gated, has_b1, has_b3);
+  workspace_layout layout(fn);
+  if (p.correlation) {
+    p.first = layout.take(tokens * d_ff, sizeof(A));
+    p.second = layout.take(tokens * d_ff, sizeof(A));
+    p.forward = moe::cuda_detail::make_ffn_plan<W>(fn, tokens, d, d_ff, gated, false);
+    p.activations = make_correlation_plan<A>(fn, tokens, d_ff, d_ff, true);
+    p.inner = layout.take(static_cast<index_t>(std::max(p.forward.bytes, p.activations.bytes)), 1);
+  } else {
+    p.first = layout.take(d_ff * p.layout.width, sizeof(A));
+    p.second = layout.take(d_ff * p.layout.width, sizeof(A));
+    p.rows = make_rows_plan<A>(fn, objective, d_ff, d_ff, p.layout.width);
+    p.inner = layout.take(static_cast<index_t>(p.rows.bytes), 1);
+  }
+  p.bytes = layout.total();
+  return p;
+}
+
+/// out (d_ff x layout.width, contiguous) = the expert's design rows in A: the row pieces by design_rows_kernel,
+/// W2^T by the tiled transpose into columns [layout.w2, width). Asynchronous.
+template <class W, class A>
+void design_into(const cuda_context& ctx, const moe::ffn_expert_device_view<W>& e,
+                 const align::detail::design_layout& layout, A* out) {
+  const index_t d_ff = e.d_ff(), d = layout.d;
+  design_rows_kernel<W, A><<<grid_for(d_ff * layout.w2, align_block), align_block, 0, ctx.stream>>>(
+      e.w1, e.w3, e.b1, e.b3, d_ff, layout, out);
+  MOECOMP_CUDA_CHECK_LAUNCH();
+  const index_t tiles = ceil_div(d, transpose_tile) * ceil_div(d_ff, transpose_tile);
+  transpose_kernel<W, A><<<grid_for(tiles, 1), dim3(transpose_tile, transpose_rows), 0, ctx.stream>>>(
+      e.w2.data(), e.w2.row_stride(), d, d_ff, out + layout.w2, layout.width);
+  MOECOMP_CUDA_CHECK_LAUNCH();
+}
+
+/// The expert's rows for the alignment into the piece at `offset`: its design rows, or (correlation) its
+/// hidden activations on x by the device forward. Asynchronous.
+template <class W>
+void expert_rows_into(const cuda_context& ctx, const moe::ffn_params& forward, const experts_plan& plan,
+                      std::byte* base, std::size_t offset, const moe::ffn_expert_device_view<W>& e,
+                      matrix_view<const accumulator_t<W>, device_memory> x) {
+  using A = accumulator_t<W>;
+  if (plan.correlation) {
+    const matrix_view<A, device_memory> hidden(at<A>(base, offset), plan.tokens, plan.d_ff, plan.d_ff);
+    moe::cuda_detail::ffn_forward_device<W>(ctx, forward, e, x, {}, hidden, plan.forward, at<std::byte>(base, plan.inner));
+  } else {
+    design_into<W, A>(ctx, e, plan.layout, at<A>(base, offset));
+  }
+}
+
+/// p = the alignment of the expert's rows (`second`) to the reference's (`first`), both in the workspace.
+/// Synchronises.
+template <class W>
+align_result align_prepared(const cuda_context& ctx, const experts_plan& plan, std::byte* base,
+                            vector_view<index_t, device_memory> p) {
+  using A = accumulator_t<W>;
+  const A* first = at<A>(base, plan.first);
+  const A* second = at<A>(base, plan.second);
+  std::byte* inner = at<std::byte>(base, plan.inner);
+  if (plan.correlation) {
+    const index_t t = plan.tokens, n = plan.d_ff;
+    return run_align_activations<A>(ctx, plan.activations, matrix_view<const A, device_memory>(first, t, n, n),
+                                    matrix_view<const A, device_memory>(second, t, n, n), p, inner);
+  }
+  const index_t n = plan.d_ff, f = plan.layout.width;
+  return run_align_rows<A>(ctx, plan.rows, matrix_view<const A, device_memory>(first, n, f, f),
+                           matrix_view<const A, device_memory>(second, n, f, f), p, inner);
+}
+
+/// align_experts on the device (arguments checked by the caller). Synchronises.
+template <class W>
+align_result run_align_experts(const cuda_context& ctx, const align_params& params, const experts_plan& plan,
+                               const moe::ffn_expert_device_view<W>& reference,
+                               const moe::ffn_expert_device_view<W>& expert,
+                               matrix_view<const accumulator_t<W>, device_memory> x,
+                               vector_view<index_t, device_memory> p, std::byte* workspace) {
+  std::byte* base = aligned_base(workspace);
+  expert_rows_into<W>(ctx, params.forward, plan, base, plan.first, reference, x);
+  expert_rows_into<W>(ctx, params.forward, plan, base, plan.second, expert, x);
+  return align_prepared<W>(ctx, plan, base, p);
+}
+
+/// align_stack on the device (arguments checked by the caller): the reference's rows once, then each other
+/// expert's rows and its alignment into its row of permutations. Synchronises (once per expert).
+template <class W>
+align_result run_align_stack(const cuda_context& ctx, const align_params& params, const experts_plan& plan,
+                             const moe::ffn_expert_stack_device_view<W>& stack, index_t reference,
+                             matrix_view<const accumulator_t<W>, device_memory> x,
+                             matrix_view<index_t, device_memory> permutations, std::byte* workspace) {
+  std::byte* base = aligned_base(workspace);
+  const index_t d_ff = plan.d_ff;
+  identity_kernel<<<grid_for(d_ff, align_block), align_block, 0, ctx.stream>>>(permutations.row_ptr(reference), d_ff);
+  MOECOMP_CUDA_CHECK_LAUNCH();
+  align_result total;
+  if (stack.experts() == 1) {  // nothing to align; synchronise as the calls that align do
+    MOECOMP_CUDA_TRY(cudaStreamSynchronize(ctx.stream));
+    return total;
+  }
+  expert_rows_into<W>(ctx, params.forward, plan, base, plan.first, stack.expert(reference), x);
+  for (index_t e = 0; e < stack.experts(); ++e) {
+    if (e == reference) continue;
+    expert_rows_into<W>(ctx, params.forward, plan, base, plan.second, stack.expert(e), x);
+    const align_result r =
+        align_prepared<W>(ctx, plan, base, vector_view<index_t, device_memory>(permutations.row_ptr(e), d_ff));
+    total.cost += r.cost;
+    if (total.ok() && !r.ok()) total.status = r.status;
+  }
+  return total;
 }
 
 }  // namespace cuda_detail
