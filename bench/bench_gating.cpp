@@ -16,17 +16,28 @@ namespace {
 using moecomp::index_t;
 namespace gating = moecomp::gating;
 
-void route(benchmark::State& state, gating::routing_rule rule) {
-  const index_t t = 16384, e = 64;
-  moecomp::host_matrix<float> logits(t, e);
+/// The benchmarks' logits (16384 x 64, normal) and parameters: softmax + top-8 + renormalise, or tau 0.5 on
+/// the raw scores.
+moecomp::host_matrix<float> bench_logits() {
+  moecomp::host_matrix<float> logits(16384, 64);
   moecomp::random_generator rng(20);
   rng.fill_normal(logits.view());
+  return logits;
+}
+gating::routing_params bench_params(gating::routing_rule rule) {
   gating::routing_params p;
   p.rule = rule;
   p.top_k = 8;
   p.renormalize = true;
   p.tau = 0.5;
   p.scores = rule == gating::routing_rule::top_k ? gating::score_function::softmax : gating::score_function::none;
+  return p;
+}
+
+void route(benchmark::State& state, gating::routing_rule rule) {
+  const moecomp::host_matrix<float> logits = bench_logits();
+  const index_t t = logits.rows(), e = logits.cols();
+  const gating::routing_params p = bench_params(rule);
   const index_t k = gating::max_experts_per_token(p, e);
   moecomp::host_matrix<std::int64_t> ids(t, k);
   moecomp::host_matrix<float> weights(t, k);
@@ -40,16 +51,9 @@ void route_tau(benchmark::State& state) { route(state, gating::routing_rule::thr
 
 // The dense T x E layout, as `moecomp gate` writes it and the torch peer computes it.
 void route_dense_layout(benchmark::State& state, gating::routing_rule rule) {
-  const index_t t = 16384, e = 64;
-  moecomp::host_matrix<float> logits(t, e), weights(t, e);
-  moecomp::random_generator rng(20);
-  rng.fill_normal(logits.view());
-  gating::routing_params p;
-  p.rule = rule;
-  p.top_k = 8;
-  p.renormalize = true;
-  p.tau = 0.5;
-  p.scores = rule == gating::routing_rule::top_k ? gating::score_function::softmax : gating::score_function::none;
+  const moecomp::host_matrix<float> logits = bench_logits();
+  moecomp::host_matrix<float> weights(logits.rows(), logits.cols());
+  const gating::routing_params p = bench_params(rule);
   const moecomp::host_context ctx;
   for (auto _ : state)
     benchmark::DoNotOptimize(gating::route_dense<float>(ctx, p, logits.const_view(), {}, weights.view()).selected);

@@ -283,30 +283,46 @@ TEST_CASE("device merge_fix_dom: argument checks run before any device work") {
                        "merge_fix_dom: params.token_cap must be >= 0, got -1", moecomp::invalid_argument);
 }
 
+/// A planted_stack's experts and tokens in device memory, and a device expert of their shape to merge into.
+template <class W>
+struct device_planted_stack {
+  moecomp::device_buffer<W> w1, w3, w2, b1, b3, b2;
+  moecomp::device_buffer<float> xd;
+  moecomp::device_buffer<W> o1, o3, o2, ob1, ob3, ob2;
+  moe::ffn_expert_stack_device_view<W> s;
+  device_planted_stack(const moecomp::cuda_context& ctx, const planted_stack<W>& h)
+      : w1(put(ctx, h.w1)), w3(put(ctx, h.w3)), w2(put(ctx, h.w2)), b1(put(ctx, h.b1)), b3(put(ctx, h.b3)),
+        b2(put(ctx, h.b2)), xd(put(ctx, h.x)), o1(ctx, fd_d_ff * fd_d), o3(ctx, fd_d_ff * fd_d), o2(ctx, fd_d * fd_d_ff),
+        ob1(ctx, fd_d_ff), ob3(ctx, fd_d_ff), ob2(ctx, fd_d) {
+    s.w1 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w1.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+    s.w3 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w3.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+    s.w2 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w2.data(), fd_experts, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+    s.b1 = dmatrix<const W>(b1.data(), fd_experts, fd_d_ff);
+    s.b3 = dmatrix<const W>(b3.data(), fd_experts, fd_d_ff);
+    s.b2 = dmatrix<const W>(b2.data(), fd_experts, fd_d);
+  }
+  moe::ffn_expert_device_mutable_view<W> out() {
+    return {o1.view(fd_d_ff, fd_d), o3.view(fd_d_ff, fd_d), o2.view(fd_d, fd_d_ff), ob1.view(), ob3.view(), ob2.view()};
+  }
+
+ private:
+  template <class T>
+  static moecomp::device_buffer<T> put(const moecomp::cuda_context& ctx, const std::vector<T>& v) {
+    moecomp::device_buffer<T> b(ctx, static_cast<index_t>(v.size()));
+    moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
+    return b;
+  }
+};
+
 TEST_CASE_TEMPLATE("device merge_fix_dom matches the host's fix_dom: the same matching, the weights to 1e-5", W, float,
                    moecomp::bfloat16) {
   device_fixture f;
   const auto ctx = f.context();
   const planted_stack<W> h(7);
-  const auto put = [&](const auto& v) {
-    using T = typename std::decay_t<decltype(v)>::value_type;
-    moecomp::device_buffer<T> b(ctx, static_cast<index_t>(v.size()));
-    moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
-    return b;
-  };
-  const auto w1 = put(h.w1), w3 = put(h.w3), w2 = put(h.w2), b1 = put(h.b1), b3 = put(h.b3), b2 = put(h.b2);
-  const auto xd = put(h.x);
-  moe::ffn_expert_stack_device_view<W> s;
-  s.w1 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w1.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
-  s.w3 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w3.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
-  s.w2 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w2.data(), fd_experts, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
-  s.b1 = dmatrix<const W>(b1.data(), fd_experts, fd_d_ff);
-  s.b3 = dmatrix<const W>(b3.data(), fd_experts, fd_d_ff);
-  s.b2 = dmatrix<const W>(b2.data(), fd_experts, fd_d);
-  moecomp::device_buffer<W> o1(ctx, fd_d_ff * fd_d), o3(ctx, fd_d_ff * fd_d), o2(ctx, fd_d * fd_d_ff), ob1(ctx, fd_d_ff),
-      ob3(ctx, fd_d_ff), ob2(ctx, fd_d);
-  const moe::ffn_expert_device_mutable_view<W> out{o1.view(fd_d_ff, fd_d), o3.view(fd_d_ff, fd_d), o2.view(fd_d, fd_d_ff),
-                                                   ob1.view(), ob3.view(), ob2.view()};
+  device_planted_stack<W> d(ctx, h);
+  const auto& s = d.s;
+  const auto& xd = d.xd;
+  const moe::ffn_expert_device_mutable_view<W> out = d.out();
   moecomp::device_buffer<index_t> dm(ctx, 3 * fd_d_ff);
   // Group 1 = {0, 2, 3} with dominant 2; group 0 = {1}. Every token (no router), capped at 200 (the seeded draw)
   // or not, and a single token (the identity matching: a plain mean).
@@ -359,12 +375,12 @@ TEST_CASE_TEMPLATE("device merge_fix_dom matches the host's fix_dom: the same ma
       CHECK(std::isnan(dr.groups[0].error));
       std::vector<W> g1(fd_d_ff * fd_d), g3(g1.size()), g2(fd_d * fd_d_ff), gb1(fd_d_ff), gb3(fd_d_ff), gb2(fd_d);
       std::vector<index_t> gm(3 * fd_d_ff);
-      moecomp::copy_to_host(ctx, o1.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g1.data(), fd_d_ff, fd_d));
-      moecomp::copy_to_host(ctx, o3.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g3.data(), fd_d_ff, fd_d));
-      moecomp::copy_to_host(ctx, o2.view(fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(g2.data(), fd_d, fd_d_ff));
-      moecomp::copy_to_host(ctx, ob1.view(1, fd_d_ff).as_const(), moecomp::make_matrix_view(gb1.data(), 1, fd_d_ff));
-      moecomp::copy_to_host(ctx, ob3.view(1, fd_d_ff).as_const(), moecomp::make_matrix_view(gb3.data(), 1, fd_d_ff));
-      moecomp::copy_to_host(ctx, ob2.view(1, fd_d).as_const(), moecomp::make_matrix_view(gb2.data(), 1, fd_d));
+      moecomp::copy_to_host(ctx, d.o1.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g1.data(), fd_d_ff, fd_d));
+      moecomp::copy_to_host(ctx, d.o3.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g3.data(), fd_d_ff, fd_d));
+      moecomp::copy_to_host(ctx, d.o2.view(fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(g2.data(), fd_d, fd_d_ff));
+      moecomp::copy_to_host(ctx, d.ob1.view(1, fd_d_ff).as_const(), moecomp::make_matrix_view(gb1.data(), 1, fd_d_ff));
+      moecomp::copy_to_host(ctx, d.ob3.view(1, fd_d_ff).as_const(), moecomp::make_matrix_view(gb3.data(), 1, fd_d_ff));
+      moecomp::copy_to_host(ctx, d.ob2.view(1, fd_d).as_const(), moecomp::make_matrix_view(gb2.data(), 1, fd_d));
       moecomp::copy_to_host(ctx, dm.view(3, fd_d_ff).as_const(), moecomp::make_matrix_view(gm.data(), 3, fd_d_ff));
       f.sync();
       CHECK(gm == host_matches);
@@ -415,25 +431,10 @@ TEST_CASE("device merge_learned matches the host's learned merge: coefficients t
   device_fixture f;
   const auto ctx = f.context();
   const planted_stack<W> h(9);
-  const auto put = [&](const auto& v) {
-    using T = typename std::decay_t<decltype(v)>::value_type;
-    moecomp::device_buffer<T> b(ctx, static_cast<index_t>(v.size()));
-    moecomp::copy_to_device(ctx, moecomp::make_vector_view(v.data(), static_cast<index_t>(v.size())), b.view());
-    return b;
-  };
-  const auto w1 = put(h.w1), w3 = put(h.w3), w2 = put(h.w2), b1 = put(h.b1), b3 = put(h.b3), b2 = put(h.b2);
-  const auto xd = put(h.x);
-  moe::ffn_expert_stack_device_view<W> s;
-  s.w1 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w1.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
-  s.w3 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w3.data(), fd_experts, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
-  s.w2 = moecomp::matrix_stack_view<const W, moecomp::device_memory>(w2.data(), fd_experts, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
-  s.b1 = dmatrix<const W>(b1.data(), fd_experts, fd_d_ff);
-  s.b3 = dmatrix<const W>(b3.data(), fd_experts, fd_d_ff);
-  s.b2 = dmatrix<const W>(b2.data(), fd_experts, fd_d);
-  moecomp::device_buffer<W> o1(ctx, fd_d_ff * fd_d), o3(ctx, fd_d_ff * fd_d), o2(ctx, fd_d * fd_d_ff), ob1(ctx, fd_d_ff),
-      ob3(ctx, fd_d_ff), ob2(ctx, fd_d);
-  const moe::ffn_expert_device_mutable_view<W> out{o1.view(fd_d_ff, fd_d), o3.view(fd_d_ff, fd_d), o2.view(fd_d, fd_d_ff),
-                                                   ob1.view(), ob3.view(), ob2.view()};
+  device_planted_stack<W> d(ctx, h);
+  const auto& s = d.s;
+  const auto& xd = d.xd;
+  const moe::ffn_expert_device_mutable_view<W> out = d.out();
   // A router of 4 rows for the routed variant (top 2 of the softmax).
   std::vector<float> router(fd_experts * fd_d);
   moecomp::random_generator rng(13);
@@ -496,9 +497,9 @@ TEST_CASE("device merge_learned matches the host's learned merge: coefficients t
     CHECK(sum == doctest::Approx(1.0).epsilon(1e-12));
     CHECK(dr.coefficients[1] == 0);
     std::vector<W> g1(fd_d_ff * fd_d), g2(fd_d * fd_d_ff), gb2(fd_d);
-    moecomp::copy_to_host(ctx, o1.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g1.data(), fd_d_ff, fd_d));
-    moecomp::copy_to_host(ctx, o2.view(fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(g2.data(), fd_d, fd_d_ff));
-    moecomp::copy_to_host(ctx, ob2.view(1, fd_d).as_const(), moecomp::make_matrix_view(gb2.data(), 1, fd_d));
+    moecomp::copy_to_host(ctx, d.o1.view(fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(g1.data(), fd_d_ff, fd_d));
+    moecomp::copy_to_host(ctx, d.o2.view(fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(g2.data(), fd_d, fd_d_ff));
+    moecomp::copy_to_host(ctx, d.ob2.view(1, fd_d).as_const(), moecomp::make_matrix_view(gb2.data(), 1, fd_d));
     f.sync();
     CHECK(relative_difference(g1, m1.data() + fd_d_ff * fd_d, g1.size()) <= 1e-5);
     CHECK(relative_difference(g2, m2.data() + fd_d * fd_d_ff, g2.size()) <= 1e-5);
