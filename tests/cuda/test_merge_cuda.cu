@@ -506,3 +506,219 @@ TEST_CASE("device merge_learned matches the host's learned merge: coefficients t
     CHECK(relative_difference(gb2, mb2.data() + fd_d, gb2.size()) <= 1e-5);
   }
 }
+
+// ---- The device layer (merge_experts) against the host's merge_experts.
+
+TEST_CASE("device merge_experts: argument checks run before any device work") {
+  namespace mm = moecomp::merge;
+  const moecomp::cuda_context ctx(nullptr);  // never used: the checks come first
+  constexpr index_t most = 513, piece = d_ff * d;
+  std::vector<float> storage(4 * most * piece);  // fake device addresses: the checks never read them
+  float* inputs = storage.data();
+  float* outputs = storage.data() + 2 * most * piece;
+  const auto stack = [&](index_t e) {
+    moe::ffn_expert_stack_device_view<float> s;
+    s.w1 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(inputs, e, d_ff, d, d, piece);
+    s.w2 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(inputs + e * piece, e, d, d_ff, d_ff, piece);
+    return s;
+  };
+  std::vector<std::int64_t> map(most);
+  const auto outs = [&](index_t g, float* at) {
+    mm::merge_device_outputs<float> o;
+    o.experts.w1 = moecomp::matrix_stack_view<float, moecomp::device_memory>(at, g, d_ff, d, d, piece);
+    o.experts.w2 = moecomp::matrix_stack_view<float, moecomp::device_memory>(at + g * piece, g, d, d_ff, d_ff, piece);
+    o.map = moecomp::make_vector_view(map.data(), 4);
+    return o;
+  };
+  const auto labels = [](const std::vector<std::int64_t>& v) {
+    return moecomp::make_vector_view<const std::int64_t>(v.data(), static_cast<index_t>(v.size()));
+  };
+  const std::vector<std::int64_t> two{0, 1, 1, 0}, gap{0, 2, 2, 2};
+  mm::merge_params params;
+  mm::merge_data<float, moecomp::device_memory> data;
+  CHECK_THROWS_WITH_AS(mm::merge_experts<float>(ctx, params, stack(4), labels(gap), data, outs(3, outputs)),
+                       "merge_experts: groups must cover every id in 0..2 (g = 3 groups), got no expert in group 1",
+                       moecomp::invalid_argument);
+  params.method = mm::merge_method::fix_dom;
+  CHECK_THROWS_WITH_AS(mm::merge_experts<float>(ctx, params, stack(4), labels(two), data, outs(2, outputs)),
+                       "merge_experts: method fix-dom needs calibration tokens x, got none", moecomp::invalid_argument);
+  data.x = dmatrix<const float>(outputs + most * piece, 10, d);
+  data.router = dmatrix<const float>(outputs + most * piece + 10 * d, 4, d);
+  CHECK_THROWS_WITH_AS(mm::merge_experts_workspace_size<float>(params, stack(4), labels({0, 1, 1}), data),
+                       "merge_experts_workspace_size: groups must have 4 entries (one per expert), got 3",
+                       moecomp::invalid_argument);
+  // The device's limits: 64 members per group, 512 experts to route.
+  const std::vector<std::int64_t> one_group(65, 0);
+  data.router = {};
+  CHECK_THROWS_WITH_AS(mm::merge_experts<float>(ctx, params, stack(65), labels(one_group), data, outs(1, outputs)),
+                       "merge_experts: groups must have at most 64 members each on the device, got 65 in group 0",
+                       moecomp::invalid_argument);
+  std::vector<std::int64_t> alone(most);
+  std::iota(alone.begin(), alone.end(), std::int64_t(0));
+  data.router = dmatrix<const float>(outputs + most * piece + 10 * d, most, d);
+  params.method = mm::merge_method::average;
+  CHECK_THROWS_WITH_AS(mm::merge_experts<float>(ctx, params, stack(most), labels(alone), data, outs(most, outputs)),
+                       "merge_experts: experts must be at most 512 to route the tokens on the device, got 513",
+                       moecomp::invalid_argument);
+  // The outputs: the router rows of the rule in force, no overlap with the inputs.
+  data.router = dmatrix<const float>(outputs + most * piece + 10 * d, 4, d);
+  params.method = mm::merge_method::uniform;  // the router rule merged_rows
+  CHECK_THROWS_WITH_AS(mm::merge_experts<float>(ctx, params, stack(4), labels(two), data, outs(2, outputs)),
+                       doctest::Contains("merge_experts: out.router must be 2 x 12 (groups x d) for router rule merged"),
+                       moecomp::invalid_argument);
+  params.router = mm::router_rule::id_map;
+  CHECK_THROWS_WITH_AS(mm::merge_experts<float>(ctx, params, stack(4), labels(two), data, outs(2, inputs)),
+                       "merge_experts: out.experts.w1 must not overlap experts.w1", moecomp::invalid_argument);
+}
+
+namespace {
+
+/// The host's and the device's merge_experts on one planted layer (groups {1}, {0, 2, 3}), routed by a random
+/// router with the merge errors on.
+template <class W>
+struct layer_comparison {
+  moecomp::merge::merge_report host, device;
+  std::vector<W> host_w1, host_w2, host_b2, device_w1, device_w2, device_b2;
+  std::vector<float> host_router, device_router;
+  std::vector<std::int64_t> device_map;
+};
+
+template <class W>
+layer_comparison<W> compare_layers(const moecomp::cuda_context& ctx, device_fixture& f, const planted_stack<W>& h,
+                                   device_planted_stack<W>& d, const moecomp::merge::merge_params& params,
+                                   bool planted_dominant) {
+  namespace mm = moecomp::merge;
+  constexpr index_t g = 2;
+  const std::vector<std::int64_t> labels{1, 0, 1, 1};
+  const auto lv = moecomp::make_vector_view<const std::int64_t>(labels.data(), fd_experts);
+  std::vector<float> router(fd_experts * fd_d);
+  moecomp::random_generator rng(17);
+  for (float& v : router) v = static_cast<float>(0.5 * rng.normal<double>());
+  const bool rows = mm::resolve_router_rule(params, true) != mm::router_rule::id_map;
+  layer_comparison<W> c;
+  // The host.
+  c.host_w1.resize(g * fd_d_ff * fd_d);
+  c.host_w2.resize(g * fd_d * fd_d_ff);
+  c.host_b2.resize(g * fd_d);
+  std::vector<W> w3(c.host_w1.size()), b1(g * fd_d_ff), b3(b1.size());
+  std::vector<std::int64_t> map(fd_experts);
+  c.host_router.resize(rows ? g * fd_d : 0);
+  mm::merge_outputs<W> ho;
+  ho.experts.w1 = moecomp::matrix_stack_view<W>(c.host_w1.data(), g, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  ho.experts.w3 = moecomp::matrix_stack_view<W>(w3.data(), g, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  ho.experts.w2 = moecomp::matrix_stack_view<W>(c.host_w2.data(), g, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+  ho.experts.b1 = moecomp::make_matrix_view(b1.data(), g, fd_d_ff);
+  ho.experts.b3 = moecomp::make_matrix_view(b3.data(), g, fd_d_ff);
+  ho.experts.b2 = moecomp::make_matrix_view(c.host_b2.data(), g, fd_d);
+  ho.map = moecomp::make_vector_view(map.data(), fd_experts);
+  if (rows) ho.router = moecomp::make_matrix_view(c.host_router.data(), g, fd_d);
+  // The dominants: the routing frequencies' choice, or expert 2, the planted reference, where a matching is compared.
+  const std::vector<std::int64_t> dominants{1, 2};
+  const auto dv = planted_dominant ? moecomp::make_vector_view<const std::int64_t>(dominants.data(), g)
+                                   : moecomp::vector_view<const std::int64_t>();
+  mm::merge_data<float> hd;
+  hd.x = moecomp::make_matrix_view<const float>(h.x.data(), fd_tokens, fd_d);
+  hd.router = moecomp::make_matrix_view<const float>(router.data(), fd_experts, fd_d);
+  hd.dominants = dv;
+  c.host = moecomp_test::host_merge_experts<W>(params, h.host_view(), lv, hd, ho);
+  // The device.
+  moecomp::device_buffer<W> o1(ctx, g * fd_d_ff * fd_d), o3(ctx, g * fd_d_ff * fd_d), o2(ctx, g * fd_d * fd_d_ff),
+      ob1(ctx, g * fd_d_ff), ob3(ctx, g * fd_d_ff), ob2(ctx, g * fd_d);
+  moecomp::device_buffer<float> dr(ctx, fd_experts * fd_d), drows(ctx, g * fd_d);
+  moecomp::copy_to_device(ctx, moecomp::make_vector_view<const float>(router.data(), fd_experts * fd_d), dr.view());
+  mm::merge_device_outputs<W> out;
+  out.experts.w1 = moecomp::matrix_stack_view<W, moecomp::device_memory>(o1.data(), g, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  out.experts.w3 = moecomp::matrix_stack_view<W, moecomp::device_memory>(o3.data(), g, fd_d_ff, fd_d, fd_d, fd_d_ff * fd_d);
+  out.experts.w2 = moecomp::matrix_stack_view<W, moecomp::device_memory>(o2.data(), g, fd_d, fd_d_ff, fd_d_ff, fd_d * fd_d_ff);
+  out.experts.b1 = dmatrix<W>(ob1.data(), g, fd_d_ff);
+  out.experts.b3 = dmatrix<W>(ob3.data(), g, fd_d_ff);
+  out.experts.b2 = dmatrix<W>(ob2.data(), g, fd_d);
+  c.device_map.assign(fd_experts, -1);
+  out.map = moecomp::make_vector_view(c.device_map.data(), fd_experts);
+  if (rows) out.router = dmatrix<float>(drows.data(), g, fd_d);
+  mm::merge_data<float, moecomp::device_memory> dd;
+  dd.x = d.xd.view(fd_tokens, fd_d).as_const();
+  dd.router = dmatrix<const float>(dr.data(), fd_experts, fd_d);
+  dd.dominants = dv;
+  c.device = mm::merge_experts<W>(ctx, params, d.s, lv, dd, out);
+  c.device_w1.resize(c.host_w1.size());
+  c.device_w2.resize(c.host_w2.size());
+  c.device_b2.resize(c.host_b2.size());
+  c.device_router.resize(c.host_router.size());
+  moecomp::copy_to_host(ctx, o1.view(g * fd_d_ff, fd_d).as_const(), moecomp::make_matrix_view(c.device_w1.data(), g * fd_d_ff, fd_d));
+  moecomp::copy_to_host(ctx, o2.view(g * fd_d, fd_d_ff).as_const(), moecomp::make_matrix_view(c.device_w2.data(), g * fd_d, fd_d_ff));
+  moecomp::copy_to_host(ctx, ob2.view(g, fd_d).as_const(), moecomp::make_matrix_view(c.device_b2.data(), g, fd_d));
+  if (rows)
+    moecomp::copy_to_host(ctx, drows.view(g, fd_d).as_const(), moecomp::make_matrix_view(c.device_router.data(), g, fd_d));
+  f.sync();
+  return c;
+}
+
+template <class W>
+std::size_t different_bits(const std::vector<W>& a, const std::vector<W>& b) {
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) wrong += !same_bits<W>(a[i], b[i]);
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("device merge_experts matches the host's merge_experts, method by method, on a routed layer", W, float,
+                   moecomp::bfloat16) {
+  namespace mm = moecomp::merge;
+  device_fixture f;
+  const auto ctx = f.context();
+  const planted_stack<W> h(21);
+  device_planted_stack<W> d(ctx, h);
+  struct variant {
+    mm::merge_method method;
+    moecomp::align::align_objective objective;
+  };
+  for (const variant v : {variant{mm::merge_method::average, {}}, variant{mm::merge_method::frequency, {}},
+                          variant{mm::merge_method::uniform, {}}, variant{mm::merge_method::dominant, {}},
+                          variant{mm::merge_method::aligned, moecomp::align::align_objective::weights},
+                          variant{mm::merge_method::aligned, moecomp::align::align_objective::correlation},
+                          variant{mm::merge_method::fix_dom, {}}, variant{mm::merge_method::learned, {}}}) {
+    mm::merge_params params;
+    params.method = v.method;
+    params.align.objective = v.objective;
+    params.token_cap = 200;
+    params.seed = 3;
+    params.max_iterations = 20;
+    CAPTURE(mm::to_string(v.method));
+    CAPTURE(moecomp::align::to_string(v.objective));
+    // aligned and fix_dom match neurons: against the planted reference, where the matching has a clear margin (the
+    // device alignment is the auction, the host's the exact solve: they agree where the optimum is clear).
+    const bool matching = v.method == mm::merge_method::aligned || v.method == mm::merge_method::fix_dom;
+    const layer_comparison<W> c = compare_layers<W>(ctx, f, h, d, params, matching);
+    if (matching) CHECK(c.host.groups[1].dominant == 2);
+    CHECK(c.device_map == std::vector<std::int64_t>{1, 0, 1, 1});
+    CHECK(c.device.method == c.host.method);
+    CHECK(c.device.router == c.host.router);
+    CHECK(c.device.status == c.host.status);
+    REQUIRE(c.device.groups.size() == 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      CAPTURE(k);
+      CHECK(c.device.groups[k].dominant == c.host.groups[k].dominant);
+      CHECK(c.device.groups[k].tokens == c.host.groups[k].tokens);
+      CHECK(c.device.groups[k].error == doctest::Approx(c.host.groups[k].error).epsilon(1e-4));
+    }
+    const bool learned = v.method == mm::merge_method::learned;
+    if (learned) {
+      CHECK(std::abs(c.device.groups[1].iterations - c.host.groups[1].iterations) <= 1);
+      CHECK(c.device.groups[1].objective_final == doctest::Approx(c.host.groups[1].objective_final).epsilon(1e-5));
+      for (std::size_t e = 0; e < fd_experts; ++e)
+        CHECK(std::fabs(c.device.coefficients[e] - c.host.coefficients[e]) <= 2e-6);
+      CHECK(relative_difference(c.device_w1, c.host_w1.data(), c.host_w1.size()) <= 1e-5);
+      CHECK(relative_difference(c.device_w2, c.host_w2.data(), c.host_w2.size()) <= 1e-5);
+      CHECK(relative_difference(c.device_router, c.host_router.data(), c.host_router.size()) <= 1e-5);
+    } else {
+      // The same routes give the same coefficients, and the same sums in the same order the same bits.
+      CHECK(c.device.coefficients == c.host.coefficients);
+      CHECK(different_bits(c.device_w1, c.host_w1) == 0);
+      CHECK(different_bits(c.device_w2, c.host_w2) == 0);
+      CHECK(different_bits(c.device_b2, c.host_b2) == 0);
+      CHECK(different_bits(c.device_router, c.host_router) == 0);
+    }
+  }
+}

@@ -130,16 +130,17 @@ inline router_rule resolve_router_rule(const merge_params& params, bool has_rout
 }
 
 /// The optional data of a merge, in A = accumulator_t<W> (float, or double for double storage). Empty views
-/// where absent.
-template <class A>
+/// where absent. Space: where x and the router live (device_memory for the device merge_experts of
+/// <moecomp/cuda/merge/merge.cuh>); the frequencies and dominants are host data on both.
+template <class A, class Space = host_memory>
 struct merge_data {
   /// Calibration tokens, T x d: needed by fix_dom and learned (and by aligned with the correlation
   /// objective); the merge errors are reported when given.
-  matrix_view<const A> x;
+  matrix_view<const A, Space> x;
   /// The router, E x d: routes the calibration tokens (each group's tokens are those routed to its members),
   /// gives the frequencies when they are not given, and is merged by router rules merged_rows and
   /// dominant_row. Without it every token belongs to every group.
-  matrix_view<const A> router;
+  matrix_view<const A, Space> router;
   /// Routing frequencies, E entries >= 0 (HC-SMoE normalises them per layer to sum 1): frequency's weights and
   /// the choice of dominants. When absent they come from the router and x (routing_frequencies), if given.
   vector_view<const double> frequencies;

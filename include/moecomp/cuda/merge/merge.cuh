@@ -5,8 +5,10 @@
 //                   uniform, dominant and aligned methods (the coefficients and permutations those compute on
 //                   the host: report.coefficients, align_stack);
 //   merge_fix_dom   HC-SMoE's fix-dom merge of one group (merge_method::fix_dom), below;
-//   merge_learned   the fourth paper's learned merge of one group (merge_method::learned), below.
-// merge_fix_dom and merge_learned are compiled for sm_80 and sm_90 and have NOT run on hardware.
+//   merge_learned   the fourth paper's learned merge of one group (merge_method::learned), below;
+//   merge_experts   the whole layer (the host's merge_experts on device views: every method, the router rules, the
+//                   map, the merge errors), at the end of this file.
+// merge_fix_dom, merge_learned and merge_experts are compiled for sm_80 and sm_90 and have NOT run on hardware.
 //
 // ---- merge_weighted
 //
@@ -43,6 +45,8 @@
 #include <moecomp/cuda/merge/detail/merge_device_checks.cuh>
 #include <moecomp/cuda/merge/detail/fix_dom_device.cuh>
 #include <moecomp/cuda/merge/detail/learned_device.cuh>
+#include <moecomp/cuda/merge/detail/merge_layer_device.cuh>
+#include <moecomp/cuda/merge/merge_types.cuh>
 
 #include <algorithm>
 #include <cmath>
@@ -169,17 +173,8 @@ merge_report merge_fix_dom(const cuda_context& ctx, const merge_params& params,
   moecomp::detail::check_device_element_type<accumulator_t<W>>();
   constexpr const char* fn = "merge_fix_dom";
   cuda_detail::check_fix_dom_arguments<W>(fn, params, experts, members, dominant, group, x, tokens, out, matches);
-  std::vector<index_t> all(static_cast<std::size_t>(tokens.size()));
-  for (index_t i = 0; i < tokens.size(); ++i) all[static_cast<std::size_t>(i)] = tokens[i];
-  const std::vector<index_t> kept =
-      detail::cap_tokens(std::move(all), params.token_cap, params.seed, static_cast<std::uint64_t>(group));
-  const std::vector<index_t> ordered = cuda_detail::dominant_first(members, dominant);
-  const auto plan = cuda_detail::make_fix_dom_plan<W>(fn, static_cast<index_t>(kept.size()), members.size(),
-                                                      experts.d_model(), experts.d_ff(), experts.gated());
-  moecomp::detail::check_workspace(fn, plan.bytes, workspace);
-  cuda_detail::run_fix_dom<W>(ctx, params, plan, experts, ordered, x, kept, out, matches, workspace.data());
-  return cuda_detail::one_group_report(merge_method::fix_dom, params, experts.experts(), ordered, std::vector<double>(ordered.size(),
-                                       1.0 / static_cast<double>(ordered.size())), static_cast<index_t>(kept.size()));
+  return cuda_detail::fix_dom_group<W>(fn, ctx, params, experts, members, dominant, group, x, tokens, out, matches,
+                                      workspace);
 }
 
 /// As above, with the workspace from ctx's allocator.
@@ -273,54 +268,12 @@ merge_report merge_learned(const cuda_context& ctx, const merge_params& params,
                            vector_view<const index_t> tokens, matrix_view<const double> weights,
                            const moe::ffn_expert_device_mutable_view<W>& out,
                            vector_view<std::byte, device_memory> workspace) {
-  using A = accumulator_t<W>;
-  moecomp::detail::check_device_element_type<A>();
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
   constexpr const char* fn = "merge_learned";
   cuda_detail::check_fix_dom_arguments<W>(fn, params, experts, members, dominant, group, x, tokens, out, {});
   cuda_detail::check_learned_arguments(fn, params, tokens.size(), members.size(), weights);
-  const index_t n = members.size(), t_all = tokens.size();
-  // The kept positions: the host's draw on positions 0..T-1 (cap_tokens draws positions, whatever the values).
-  std::vector<index_t> positions(static_cast<std::size_t>(t_all));
-  for (index_t i = 0; i < t_all; ++i) positions[static_cast<std::size_t>(i)] = i;
-  positions = detail::cap_tokens(std::move(positions), params.token_cap, params.seed, static_cast<std::uint64_t>(group));
-  const auto t = static_cast<index_t>(positions.size());
-  const std::vector<index_t> ordered = cuda_detail::dominant_first(members, dominant);
-  std::vector<index_t> by_id(ordered);
-  std::sort(by_id.begin(), by_id.end());
-  std::vector<index_t> ids;
-  std::vector<double> w;  // kept rows x by_id columns
-  for (index_t p : positions) {
-    ids.push_back(tokens[p]);
-    if (weights.empty()) continue;
-    for (index_t e : by_id)
-      for (index_t c = 0; c < n; ++c)
-        if (members[c] == e) w.push_back(weights(p, c));
-  }
-  std::vector<double> alpha(static_cast<std::size_t>(n), 1.0 / static_cast<double>(n));
-  merge::detail::learned_outcome lo;
-  lo.alpha = alpha;
-  lo.initial = lo.final = std::numeric_limits<double>::quiet_NaN();
-  if (t > 0) {
-    const auto plan = cuda_detail::make_learned_plan<W>(fn, t, n, experts.d_model(), experts.d_ff(), experts.gated(),
-                                                        !weights.empty());
-    moecomp::detail::check_workspace(fn, plan.bytes, workspace);
-    cuda_detail::device_learned_problem<W> problem(ctx, params.forward, plan, experts, ordered, by_id, x, ids, w,
-                                                   workspace.data());
-    lo = merge::detail::projected_gradient(problem, static_cast<std::size_t>(n), params);
-  }
-  std::vector<moe::ffn_expert_device_view<W>> views;
-  for (index_t e : ordered) views.push_back(experts.expert(e));
-  moecomp::detail::gather_experts<W>(ctx, views, lo.alpha, nullptr, 0, out);
-  merge_report report = cuda_detail::one_group_report(merge_method::learned, params, experts.experts(), ordered,
-                                                      lo.alpha, t);
-  merge_group_report& g = report.groups.front();
-  g.objective_initial = lo.initial;
-  g.objective_final = lo.final;
-  g.iterations = lo.iterations;
-  report.iterations = lo.iterations;
-  report.criterion = lo.last_step;
-  if (!lo.converged) report.status = moecomp::status::iteration_limit;
-  return report;
+  return cuda_detail::learned_group<W>(fn, ctx, params, experts, members, dominant, group, x, tokens, weights, out,
+                                      workspace);
 }
 
 /// As above, with the workspace from ctx's allocator.
@@ -339,6 +292,88 @@ merge_report merge_learned(const cuda_context& ctx, const merge_params& params,
       ctx, merge_learned_workspace_size<W>(params, tokens.size(), members.size(), experts.d_model(), experts.d_ff(),
                                            experts.gated(), !weights.empty()));
   return merge_learned<W>(ctx, params, experts, members, dominant, group, x, tokens, weights, out, workspace.view());
+}
+
+// ---- merge_experts: the whole layer on device views (the host's merge_experts, docs/merge.md "Device layer").
+//
+//   params:   the host's merge_params, every field read as on the host;
+//   experts:  the stack (moe::ffn_expert_stack_device_view<W>, float, double, bfloat16 or half storage);
+//   groups:   host memory, E int64 group ids covering 0..g-1, at most 64 members per group;
+//   data:     merge_data<A, device_memory>: x (T x d) and the router (E x d, E <= 512 to route) in device memory,
+//             frequencies and dominants in host memory; the same rules as the host (which methods need what);
+//   out:      merge_device_outputs<W>: the g merged experts and the router rows (device), the map (host).
+//   Returns the host's merge_report: method, router rule, coefficients, per group the dominant, the tokens, the
+//   merge error (when x is given and params.report_errors) and learned's objectives, the status.
+//
+// Method (cuda/merge/detail/merge_layer_device.cuh): the host's steps, its bookkeeping by the same host code
+// (merge/detail/merge_layer_rules.hpp: dominants, merge order, token sets and caps, fixed coefficients, router
+// rows). The tokens are routed on the device (the logits by cuBLAS, gating::route_fixed) and the top-k ids and
+// probabilities copied back; each group then runs merge_weighted's kernels (average, uniform, frequency, dominant),
+// align::align_experts and the same kernels with the permutations (aligned), merge_fix_dom's or merge_learned's
+// steps (fix_dom, learned); the merge error runs the members and the merged expert forward on the device and sums
+// the squares by cub::DeviceSegmentedReduce in double.
+// Agreement with the host: the same bookkeeping on the same routes gives the same groups, tokens and caps. The
+// routes are computed from cuBLAS logits and the device softmax, which agree with the host's to rounding: a token
+// whose k-th and (k+1)-th logits are within that rounding may be routed differently. Given the same routes, the
+// fixed-coefficient methods' weights are the host's bit for bit, aligned's too when the alignments agree, fix_dom's
+// and learned's as merge_fix_dom's and merge_learned's (above); the errors and objectives agree to rounding.
+// Synchronisation: SYNCHRONISES ctx.stream: after the routing (to copy the routes back), to copy the router back
+// (router rules merged_rows and dominant_row), in every alignment and learned evaluation, and once per group for
+// the merge error. The last group's kernels and the router rows' copy may still run when it returns.
+// Workspace (merge_experts_workspace_size): the logits (T x E) and routes (T x max(routing_top_k,
+// frequency_top_k) ids and probabilities) when routed, then one region reused by every group, sized for the
+// largest group with its token counts bounded above (T for a group's tokens, T min(routing_top_k, n) for fix-dom's
+// concatenated list, both capped): the gathered tokens, then the method's workspace (align_experts',
+// merge_fix_dom's, merge_learned's) or the error's (the router weights, the target and its double accumulator,
+// one forward's output and workspace), whichever is larger. From ctx's allocator without a workspace argument.
+// Determinism: as the per-group functions: bit-identical from run to run on one GPU with one stream.
+// Checks (invalid_argument, on the host before any CUDA call): the host's messages for the stack, the groups,
+// params, the data's shapes and the outputs' shapes; x's and the router's values are not checked (device memory);
+// at most 64 members per group; E <= 512 when the tokens are routed; cuBLAS's int limits; outputs not
+// overlapping the inputs.
+//
+// Hardware: compiled for sm_80 and sm_90, not run on hardware (tests/cuda/test_merge_cuda.cu's merge_experts
+// cases are written, not run; their argument-check case runs without a GPU).
+
+/// Workspace bytes of the device merge_experts on these shapes: only the shapes of experts and data (x's rows,
+/// whether a router is given) and the host labels are read.
+template <class W>
+std::size_t merge_experts_workspace_size(const merge_params& params, const moe::ffn_expert_stack_device_view<W>& experts,
+                                         vector_view<const std::int64_t> groups,
+                                         const merge_data<accumulator_t<W>, device_memory>& data) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "merge_experts_workspace_size";
+  const index_t g = cuda_detail::check_merge_layer_arguments<W>(fn, params, experts, groups, data, nullptr);
+  return cuda_detail::make_layer_plan<W>(fn, params, experts, detail::group_members(groups, g),
+                                         data.x.empty() ? 0 : data.x.rows(), !data.x.empty() && !data.router.empty())
+      .bytes;
+}
+
+/// Merges each group of the device stack (see above), with a caller's workspace.
+template <class W>
+merge_report merge_experts(const cuda_context& ctx, const merge_params& params,
+                           const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const std::int64_t> groups,
+                           const merge_data<accumulator_t<W>, device_memory>& data, const merge_device_outputs<W>& out,
+                           vector_view<std::byte, device_memory> workspace) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  constexpr const char* fn = "merge_experts";
+  const index_t g = cuda_detail::check_merge_layer_arguments<W>(fn, params, experts, groups, data, &out);
+  const auto plan = cuda_detail::make_layer_plan<W>(fn, params, experts, detail::group_members(groups, g),
+                                                    data.x.empty() ? 0 : data.x.rows(),
+                                                    !data.x.empty() && !data.router.empty());
+  moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+  return cuda_detail::run_merge_layer<W>(fn, ctx, params, plan, experts, groups, g, data, out, workspace.data());
+}
+
+/// As above, with the workspace from ctx's allocator.
+template <class W>
+merge_report merge_experts(const cuda_context& ctx, const merge_params& params,
+                           const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const std::int64_t> groups,
+                           const merge_data<accumulator_t<W>, device_memory>& data, const merge_device_outputs<W>& out) {
+  moecomp::detail::check_device_element_type<accumulator_t<W>>();
+  cuda_detail::check_merge_layer_arguments<W>("merge_experts", params, experts, groups, data, &out);  // before the allocation
+  const moecomp::detail::scoped_workspace workspace(ctx, merge_experts_workspace_size<W>(params, experts, groups, data));
+  return merge_experts<W>(ctx, params, experts, groups, data, out, workspace.view());
 }
 
 }  // namespace merge

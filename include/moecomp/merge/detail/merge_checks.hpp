@@ -1,5 +1,5 @@
 #pragma once
-// The argument checks of expert merging, one header for the host and (later) the device entry points: the
+// The argument checks of expert merging, one header for the host and the device entry points: the
 // parameters, the group labels, the optional data and the outputs' shapes.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -64,18 +65,21 @@ inline void check_frequencies(const char* fn, vector_view<const double> f, index
                     " at expert ", e);
 }
 
-template <class A>
-void check_merge_data(const char* fn, const merge_params& params, const merge_data<A>& data, index_t experts,
+/// The data's shapes and values (x and the router checked for finiteness in host memory only: device memory is
+/// not read by the checks).
+template <class A, class Space>
+void check_merge_data(const char* fn, const merge_params& params, const merge_data<A, Space>& data, index_t experts,
                       index_t groups, index_t d, vector_view<const std::int64_t> labels) {
+  constexpr bool on_host = std::is_same_v<Space, host_memory>;
   if (!data.x.empty()) {
     MOECOMP_EXPECTS(data.x.cols() == d, fn, ": x must be tokens x ", d, " (d of the experts), got ",
                     shape_string(data.x.rows(), data.x.cols()));
-    moecomp::detail::check_finite(fn, "x", data.x);
+    if constexpr (on_host) moecomp::detail::check_finite(fn, "x", data.x);
   }
   if (!data.router.empty()) {
     MOECOMP_EXPECTS(data.router.rows() == experts && data.router.cols() == d, fn, ": router must be ",
                     shape_string(experts, d), " (experts x d), got ", shape_string(data.router.rows(), data.router.cols()));
-    moecomp::detail::check_finite(fn, "router", data.router);
+    if constexpr (on_host) moecomp::detail::check_finite(fn, "router", data.router);
   }
   if (!data.frequencies.empty()) check_frequencies(fn, data.frequencies, experts);
   if (!data.dominants.empty()) {
@@ -102,9 +106,10 @@ void check_merge_data(const char* fn, const merge_params& params, const merge_da
                   " needs the router, got none");
 }
 
-template <class W>
-void check_merge_outputs(const char* fn, const moe::ffn_expert_stack_view<W>& in,
-                         const merge_outputs<W>& out, index_t groups, router_rule rule) {
+/// The outputs' shapes: Stack is the input stack's view and Outputs merge_outputs<W> (host) or
+/// merge_device_outputs<W> (device); the checks read shapes only.
+template <class Stack, class Outputs>
+void check_merge_outputs(const char* fn, const Stack& in, const Outputs& out, index_t groups, router_rule rule) {
   const auto& x = out.experts;
   const index_t d = in.d_model(), d_ff = in.d_ff();
   const auto same = [&](const char* name, index_t count, index_t rows, index_t cols, index_t want_rows,

@@ -14,6 +14,7 @@
 #include <moecomp/gating/routing.hpp>
 #include <moecomp/merge/merge_types.hpp>
 #include <moecomp/merge/detail/fix_dom_rules.hpp>
+#include <moecomp/merge/detail/merge_layer_rules.hpp>
 #include <moecomp/merge/detail/learned_solver.hpp>
 #include <moecomp/moe/features.hpp>
 #include <moecomp/moe/ffn.hpp>
@@ -33,20 +34,6 @@ namespace detail {
 
 using moecomp::detail::host_workspace;
 using moecomp::detail::parallel_for;
-
-/// Each token's top-k experts (ids, T x k) and their softmax probabilities over all E logits (not renormalised).
-template <class A>
-struct token_routes {
-  index_t tokens = 0, k = 0;
-  std::vector<std::int64_t> ids;
-  std::vector<A> weights;
-  /// Expert e's probability for token t, 0 when e is not among t's top-k.
-  A weight(index_t t, index_t e) const noexcept {
-    for (index_t q = 0; q < k; ++q)
-      if (ids[static_cast<std::size_t>(t * k + q)] == e) return weights[static_cast<std::size_t>(t * k + q)];
-    return A(0);
-  }
-};
 
 template <class A>
 token_routes<A> route_tokens(const host_context& ctx, matrix_view<const A> x, matrix_view<const A> router, index_t k) {
@@ -68,67 +55,10 @@ token_routes<A> route_tokens(const host_context& ctx, matrix_view<const A> x, ma
   return r;
 }
 
-/// f_e = (times e is among a token's top-k) / (tokens x k): HC-SMoE's usage frequencies, summing to 1.
-template <class A>
-void count_frequencies(const token_routes<A>& r, index_t experts, vector_view<double> f) {
-  std::vector<std::int64_t> count(static_cast<std::size_t>(experts), 0);
-  for (std::int64_t id : r.ids)
-    if (id >= 0 && id < experts) ++count[static_cast<std::size_t>(id)];
-  const double total = static_cast<double>(r.tokens * r.k);
-  for (index_t e = 0; e < experts; ++e) f[e] = total > 0 ? static_cast<double>(count[static_cast<std::size_t>(e)]) / total : 0.0;
-}
-
 template <class A>
 void routing_frequencies_host(const host_context& ctx, index_t k, matrix_view<const A> x, matrix_view<const A> router,
                               vector_view<double> f) {
   count_frequencies(route_tokens<A>(ctx, x, router, k), router.rows(), f);
-}
-
-/// Each group's members in ascending expert order.
-template <class I>
-std::vector<std::vector<index_t>> group_members(vector_view<const I> groups, index_t count) {
-  std::vector<std::vector<index_t>> members(static_cast<std::size_t>(count));
-  for (index_t e = 0; e < groups.size(); ++e) members[static_cast<std::size_t>(groups[e])].push_back(e);
-  return members;
-}
-
-/// The member with the largest frequency (ties: the lowest index); the lowest index without frequencies.
-inline index_t most_frequent(const std::vector<index_t>& members, const std::vector<double>& f) {
-  index_t best = members.front();
-  if (f.empty()) return best;
-  for (index_t e : members)
-    if (f[static_cast<std::size_t>(e)] > f[static_cast<std::size_t>(best)]) best = e;
-  return best;
-}
-
-/// Tokens routed to at least one member (each once, ascending); every token without routes.
-template <class A>
-std::vector<index_t> group_tokens(index_t tokens, const token_routes<A>* routes, const std::vector<index_t>& members) {
-  std::vector<index_t> out;
-  for (index_t t = 0; t < tokens; ++t) {
-    bool in = routes == nullptr;
-    for (index_t q = 0; !in && q < routes->k; ++q)
-      in = std::binary_search(members.begin(), members.end(), static_cast<index_t>(routes->ids[static_cast<std::size_t>(t * routes->k + q)]));
-    if (in) out.push_back(t);
-  }
-  return out;
-}
-
-/// HC-SMoE's fix-dom token set: each member's routed tokens, concatenated in member order (a token routed to
-/// two members appears twice); every token once without routes.
-template <class A>
-std::vector<index_t> concatenated_tokens(index_t tokens, const token_routes<A>* routes,
-                                         const std::vector<index_t>& members) {
-  if (routes == nullptr) return group_tokens<A>(tokens, nullptr, members);
-  std::vector<index_t> out;
-  for (index_t e : members)
-    for (index_t t = 0; t < tokens; ++t)
-      for (index_t q = 0; q < routes->k; ++q)
-        if (routes->ids[static_cast<std::size_t>(t * routes->k + q)] == e) {
-          out.push_back(t);
-          break;
-        }
-  return out;
 }
 
 /// The rows of x listed in `rows`: a view of x itself when they are all of its rows in order (no copy), else a
@@ -554,12 +484,7 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
                                 index_t group_count, const merge_data<A>& data, const merge_outputs<W>& out) {
   const index_t e_count = experts.experts(), d = experts.d_model(), d_ff = experts.d_ff();
   const std::vector<std::vector<index_t>> members = group_members(labels, group_count);
-  merge_report report;
-  report.method = params.method;
-  report.router = resolve_router_rule(params, !data.router.empty());
-  report.coefficients.assign(static_cast<std::size_t>(e_count), 0.0);
-  report.groups.resize(static_cast<std::size_t>(group_count));
-  report.criterion = 0;
+  merge_report report = start_report(params, !data.router.empty(), e_count, group_count);
   const bool have_x = !data.x.empty();
   token_routes<A> routes;
   const bool routed = have_x && !data.router.empty();
@@ -576,50 +501,31 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       routing_frequencies_host<A>(ctx, params.frequency_top_k, data.x, data.router, f);
     }
   }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   for (index_t g = 0; g < group_count; ++g) {
-    const std::vector<index_t>& mem = members[static_cast<std::size_t>(g)];
+    const group_plan plan = plan_group<A>(params, members[static_cast<std::size_t>(g)], g, freq, data.dominants,
+                                          have_x ? data.x.rows() : 0, routed ? &routes : nullptr);
+    const std::vector<index_t>& ordered = plan.ordered;
+    const index_t dom = plan.dominant;
     merge_group_report& gr = report.groups[static_cast<std::size_t>(g)];
-    const index_t dom = data.dominants.empty() ? most_frequent(mem, freq) : static_cast<index_t>(data.dominants[g]);
     gr.dominant = dom;
-    gr.error = gr.objective_initial = gr.objective_final = nan;
-    // The dominant first, then the others in ascending order.
-    std::vector<index_t> ordered{dom};
-    for (index_t e : mem)
-      if (e != dom) ordered.push_back(e);
     const std::size_t n = ordered.size();
     const moe::ffn_expert_mutable_view<W> target = out.experts.expert(g);
     // The group's tokens (each once, capped) for learned, the correlation alignment and the error.
-    std::vector<index_t> tokens;
-    if (have_x)
-      tokens = cap_tokens(group_tokens<A>(data.x.rows(), routed ? &routes : nullptr, mem), params.token_cap,
-                          params.seed, static_cast<std::uint64_t>(g));
-    const auto t_count = static_cast<index_t>(tokens.size());
-    const gathered_rows<A> xg_rows(ctx, have_x ? data.x : matrix_view<const A>(), tokens);
+    const auto t_count = static_cast<index_t>(plan.tokens.size());
+    const gathered_rows<A> xg_rows(ctx, have_x ? data.x : matrix_view<const A>(), plan.tokens);
     const matrix_view<const A> xg = xg_rows.view();
     gr.tokens = t_count;
-    std::vector<double> c(n, 1.0 / static_cast<double>(n));  // in `ordered`'s order
+    std::vector<double> c = plan.coefficients;  // in `ordered`'s order
     host_workspace<A> y(ctx, 0);
     const bool need_target =
         have_x && t_count > 0 && (params.report_errors || params.method == merge_method::learned);
-    if (need_target) y = group_target<W, A>(ctx, params.forward, experts, mem, xg, tokens, routed ? &routes : nullptr);
+    if (need_target)
+      y = group_target<W, A>(ctx, params.forward, experts, plan.members, xg, plan.tokens, routed ? &routes : nullptr);
     switch (params.method) {
       case merge_method::average:
-      case merge_method::uniform: weighted_merge<W>(ctx, experts, ordered, c, {}, target); break;
-      case merge_method::frequency: {
-        double total = 0;
-        for (index_t e : mem) total += freq[static_cast<std::size_t>(e)];
-        const double denominator = total + params.frequency_epsilon;  // 0 only with epsilon 0: the zero expert
-        for (std::size_t i = 0; i < n; ++i)
-          c[i] = denominator > 0 ? freq[static_cast<std::size_t>(ordered[i])] / denominator : 0.0;
-        weighted_merge<W>(ctx, experts, ordered, c, {}, target);
-        break;
-      }
-      case merge_method::dominant:
-        std::fill(c.begin(), c.end(), 0.0);
-        c[0] = 1.0;
-        weighted_merge<W>(ctx, experts, {dom}, {1.0}, {}, target);
-        break;
+      case merge_method::uniform:
+      case merge_method::frequency: weighted_merge<W>(ctx, experts, ordered, c, {}, target); break;
+      case merge_method::dominant: weighted_merge<W>(ctx, experts, {dom}, {1.0}, {}, target); break;
       case merge_method::aligned: {
         std::vector<std::vector<index_t>> perms(n, std::vector<index_t>(static_cast<std::size_t>(d_ff)));
         std::iota(perms[0].begin(), perms[0].end(), index_t(0));
@@ -641,8 +547,8 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       case merge_method::fix_dom: {
         std::vector<std::vector<index_t>> matches(n);
         const std::vector<index_t> fd_tokens =
-            cap_tokens(concatenated_tokens<A>(data.x.rows(), routed ? &routes : nullptr, mem), params.token_cap,
-                       params.seed, static_cast<std::uint64_t>(g));
+            cap_tokens(concatenated_tokens<A>(data.x.rows(), routed ? &routes : nullptr, plan.members),
+                       params.token_cap, params.seed, static_cast<std::uint64_t>(g));
         const auto tf = static_cast<index_t>(fd_tokens.size());
         if (tf < 2 || n == 1) {  // no correlation to rank by: the identity matching (a plain mean)
           for (std::size_t i = 1; i < n; ++i) {
@@ -685,19 +591,8 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
       }
     }
     for (std::size_t i = 0; i < n; ++i) report.coefficients[static_cast<std::size_t>(ordered[i])] = c[i];
-    // The router row.
-    if (report.router == router_rule::merged_rows || report.router == router_rule::dominant_row) {
-      A* row = out.router.row_ptr(g);
-      for (index_t k = 0; k < d; ++k) {
-        double v = 0;
-        if (report.router == router_rule::dominant_row) {
-          v = static_cast<double>(data.router(dom, k));
-        } else {
-          for (std::size_t i = 0; i < n; ++i) v += c[i] * static_cast<double>(data.router(ordered[i], k));
-        }
-        row[k] = static_cast<A>(v);
-      }
-    }
+    if (report.router == router_rule::merged_rows || report.router == router_rule::dominant_row)
+      router_row<A>(report.router, plan, c, data.router, out.router.row_ptr(g));
     // The merge error on the group's tokens.
     if (need_target && params.report_errors) {
       host_workspace<A> ym(ctx, static_cast<std::size_t>(t_count * d));

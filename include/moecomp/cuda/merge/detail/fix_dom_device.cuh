@@ -30,6 +30,7 @@
 #include <moecomp/cuda/core/detail/workspace.cuh>
 #include <moecomp/cuda/moe/expert.cuh>
 #include <moecomp/cuda/moe/expert_types.cuh>
+#include <moecomp/cuda/merge/detail/merge_device_checks.cuh>
 
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -434,6 +435,28 @@ void run_fix_dom(const cuda_context& ctx, const merge_params& params, const fix_
                                        matches, sizeof(index_t) * static_cast<std::size_t>(d_ff),
                                        sizeof(index_t) * static_cast<std::size_t>(d_ff), static_cast<std::size_t>(n),
                                        cudaMemcpyDeviceToDevice, ctx.stream));
+}
+
+/// One group's fix-dom merge for function fn, the arguments checked by the caller (merge_fix_dom, merge_experts): the host's cap
+/// of `tokens` (stream `group`), the dominant first, the plan, the run; the report of the one group.
+template <class W, class A = accumulator_t<W>>
+merge_report fix_dom_group(const char* fn, const cuda_context& ctx, const merge_params& params,
+                           const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const index_t> members,
+                           index_t dominant, index_t group, matrix_view<const A, device_memory> x,
+                           vector_view<const index_t> tokens, const moe::ffn_expert_device_mutable_view<W>& out,
+                           matrix_view<index_t, device_memory> matches, vector_view<std::byte, device_memory> workspace) {
+  std::vector<index_t> all(static_cast<std::size_t>(tokens.size()));
+  for (index_t i = 0; i < tokens.size(); ++i) all[static_cast<std::size_t>(i)] = tokens[i];
+  const std::vector<index_t> kept =
+      merge::detail::cap_tokens(std::move(all), params.token_cap, params.seed, static_cast<std::uint64_t>(group));
+  const std::vector<index_t> ordered = dominant_first(members, dominant);
+  const auto plan = make_fix_dom_plan<W>(fn, static_cast<index_t>(kept.size()), members.size(), experts.d_model(),
+                                         experts.d_ff(), experts.gated());
+  moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+  run_fix_dom<W>(ctx, params, plan, experts, ordered, x, kept, out, matches, workspace.data());
+  return one_group_report(merge_method::fix_dom, params, experts.experts(), ordered,
+                          std::vector<double>(ordered.size(), 1.0 / static_cast<double>(ordered.size())),
+                          static_cast<index_t>(kept.size()));
 }
 
 }  // namespace cuda_detail

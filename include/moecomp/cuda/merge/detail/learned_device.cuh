@@ -31,6 +31,9 @@
 #include <moecomp/cuda/merge/detail/fix_dom_device.cuh>
 #include <moecomp/cuda/moe/expert.cuh>
 #include <moecomp/cuda/moe/expert_types.cuh>
+#include <moecomp/cuda/merge/detail/merge_device_checks.cuh>
+#include <moecomp/core/detail/expert_gather.hpp>
+#include <moecomp/cuda/core/detail/expert_gather.cuh>
 
 #include <cub/device/device_segmented_reduce.cuh>
 #include <cublas_v2.h>
@@ -178,6 +181,29 @@ MOECOMP_KERNEL void gradient_elements_kernel(A* g, const A* a, const A* u, index
 
 // ---- The workspace plan.
 
+/// y (t x d, contiguous) = the group's target on the gathered tokens xv: the members' outputs (members in
+/// ascending id order, the weights' column order) weighted by `weights` (t x members, device; null: weight 1) in
+/// double and renormalised per token (the host's group_target). acc (t x d) and total (t) are double scratch, fout
+/// (t x d) one forward's output; ffn_plan / ffn_space the forward's workspace for t tokens.
+template <class W, class A = accumulator_t<W>>
+void group_target_device(const cuda_context& ctx, const moe::ffn_params& forward,
+                         const moe::ffn_expert_stack_device_view<W>& experts, const std::vector<index_t>& members,
+                         matrix_view<const A, device_memory> xv, const double* weights, double* acc, double* total,
+                         A* fout, A* y, const moe::cuda_detail::ffn_device_plan& ffn_plan, std::byte* ffn_space) {
+  const index_t t = xv.rows(), d = xv.cols(), td = t * d, n = static_cast<index_t>(members.size());
+  MOECOMP_CUDA_TRY(cudaMemsetAsync(acc, 0, sizeof(double) * static_cast<std::size_t>(td), ctx.stream));
+  MOECOMP_CUDA_TRY(cudaMemsetAsync(total, 0, sizeof(double) * static_cast<std::size_t>(t), ctx.stream));
+  for (index_t j = 0; j < n; ++j) {
+    moe::cuda_detail::ffn_forward_device<W>(ctx, forward, experts.expert(members[static_cast<std::size_t>(j)]), xv,
+                                            matrix_view<A, device_memory>(fout, t, d, d), {}, ffn_plan, ffn_space);
+    target_accumulate_kernel<A><<<grid_for(td, fix_dom_block), fix_dom_block, 0, ctx.stream>>>(fout, weights, n, j, t,
+                                                                                              d, acc, total);
+    MOECOMP_CUDA_CHECK_LAUNCH();
+  }
+  target_finish_kernel<A><<<grid_for(td, fix_dom_block), fix_dom_block, 0, ctx.stream>>>(acc, total, t, d, y);
+  MOECOMP_CUDA_CHECK_LAUNCH();
+}
+
 struct learned_plan {
   index_t t = 0, n = 0, d = 0, f = 0;
   bool gated = false, weighted = false;
@@ -277,22 +303,9 @@ class device_learned_problem {
     MOECOMP_CUDA_CHECK_LAUNCH();
     const matrix_view<const A, device_memory> xv(xg, t, d, d);
     // The target.
-    double* acc = at<double>(base_, plan.acc);
-    double* total = at<double>(base_, plan.total);
-    MOECOMP_CUDA_TRY(cudaMemsetAsync(acc, 0, sizeof(double) * static_cast<std::size_t>(td), ctx.stream));
-    MOECOMP_CUDA_TRY(cudaMemsetAsync(total, 0, sizeof(double) * static_cast<std::size_t>(t), ctx.stream));
-    A* fout = at<A>(base_, plan.fout);
-    for (std::size_t j = 0; j < by_id.size(); ++j) {
-      moe::cuda_detail::ffn_forward_device<W>(ctx, forward, experts.expert(by_id[j]), xv,
-                                              matrix_view<A, device_memory>(fout, t, d, d), {}, plan.ffn_plan,
-                                              at<std::byte>(base_, plan.ffn));
-      target_accumulate_kernel<A><<<grid_for(td, fix_dom_block), fix_dom_block, 0, ctx.stream>>>(
-          fout, dev_weights, n, static_cast<index_t>(j), t, d, acc, total);
-      MOECOMP_CUDA_CHECK_LAUNCH();
-    }
-    target_finish_kernel<A><<<grid_for(td, fix_dom_block), fix_dom_block, 0, ctx.stream>>>(acc, total, t, d,
-                                                                                          at<A>(base_, plan.y));
-    MOECOMP_CUDA_CHECK_LAUNCH();
+    group_target_device<W>(ctx, forward, experts, by_id, xv, dev_weights, at<double>(base_, plan.acc),
+                           at<double>(base_, plan.total), at<A>(base_, plan.fout), at<A>(base_, plan.y), plan.ffn_plan,
+                           at<std::byte>(base_, plan.ffn));
     // The members' pre-activations, W2 (and its transpose) in A, b2 in double.
     for (index_t i = 0; i < n; ++i) {
       const moe::ffn_expert_device_view<W> e = experts.expert(ordered[static_cast<std::size_t>(i)]);
@@ -438,6 +451,58 @@ class device_learned_problem {
   std::vector<double> forward_alpha_;
   bool forward_current_ = false;
 };
+
+/// One group's learned merge for function fn, the arguments checked by the caller (merge_learned, merge_experts): the host's cap of
+/// the token positions (stream `group`), the device problem, the host's projected gradient, the weighted sum;
+/// the report of the one group.
+template <class W, class A = accumulator_t<W>>
+merge_report learned_group(const char* fn, const cuda_context& ctx, const merge_params& params,
+                           const moe::ffn_expert_stack_device_view<W>& experts, vector_view<const index_t> members,
+                           index_t dominant, index_t group, matrix_view<const A, device_memory> x,
+                           vector_view<const index_t> tokens, matrix_view<const double> weights,
+                           const moe::ffn_expert_device_mutable_view<W>& out,
+                           vector_view<std::byte, device_memory> workspace) {
+  const index_t n = members.size(), t_all = tokens.size();
+  // The kept positions: the host's draw on positions 0..T-1 (cap_tokens draws positions, whatever the values).
+  std::vector<index_t> positions(static_cast<std::size_t>(t_all));
+  for (index_t i = 0; i < t_all; ++i) positions[static_cast<std::size_t>(i)] = i;
+  positions = merge::detail::cap_tokens(std::move(positions), params.token_cap, params.seed, static_cast<std::uint64_t>(group));
+  const auto t = static_cast<index_t>(positions.size());
+  const std::vector<index_t> ordered = dominant_first(members, dominant);
+  std::vector<index_t> by_id(ordered);
+  std::sort(by_id.begin(), by_id.end());
+  std::vector<index_t> ids;
+  std::vector<double> w;  // kept rows x by_id columns
+  for (index_t p : positions) {
+    ids.push_back(tokens[p]);
+    if (weights.empty()) continue;
+    for (index_t e : by_id)
+      for (index_t c = 0; c < n; ++c)
+        if (members[c] == e) w.push_back(weights(p, c));
+  }
+  std::vector<double> alpha(static_cast<std::size_t>(n), 1.0 / static_cast<double>(n));
+  merge::detail::learned_outcome lo;
+  lo.alpha = alpha;
+  lo.initial = lo.final = std::numeric_limits<double>::quiet_NaN();
+  if (t > 0) {
+    const auto plan = make_learned_plan<W>(fn, t, n, experts.d_model(), experts.d_ff(), experts.gated(), !weights.empty());
+    moecomp::detail::check_workspace(fn, plan.bytes, workspace);
+    device_learned_problem<W> problem(ctx, params.forward, plan, experts, ordered, by_id, x, ids, w, workspace.data());
+    lo = merge::detail::projected_gradient(problem, static_cast<std::size_t>(n), params);
+  }
+  std::vector<moe::ffn_expert_device_view<W>> views;
+  for (index_t e : ordered) views.push_back(experts.expert(e));
+  moecomp::detail::gather_experts<W>(ctx, views, lo.alpha, nullptr, 0, out);
+  merge_report report = one_group_report(merge_method::learned, params, experts.experts(), ordered, lo.alpha, t);
+  merge_group_report& g = report.groups.front();
+  g.objective_initial = lo.initial;
+  g.objective_final = lo.final;
+  g.iterations = lo.iterations;
+  report.iterations = lo.iterations;
+  report.criterion = lo.last_step;
+  if (!lo.converged) report.status = moecomp::status::iteration_limit;
+  return report;
+}
 
 }  // namespace cuda_detail
 }  // namespace merge

@@ -1,13 +1,17 @@
 #pragma once
 // The host-side checks and bookkeeping of <moecomp/cuda/merge/merge.cuh>'s device merges (merge_weighted,
-// merge_fix_dom, merge_learned): every argument is checked here, before any CUDA call, with the messages of the
-// host's merge where the two share an argument.
+// merge_fix_dom, merge_learned, merge_experts): every argument is checked here, before any CUDA call, with the
+// messages of the host's merge where the two share an argument (the layer's checks are the host's own,
+// merge/detail/merge_checks.hpp, plus the device's limits).
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/merge/merge_types.hpp>
 #include <moecomp/cuda/moe/expert_types.cuh>
+#include <moecomp/cuda/merge/merge_types.cuh>
+#include <moecomp/merge/detail/merge_checks.hpp>
+#include <moecomp/merge/detail/merge_layer_rules.hpp>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/expert_gather.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
@@ -15,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -123,6 +128,51 @@ inline void check_learned_arguments(const char* fn, const merge_params& params, 
     for (index_t c = 0; c < weights.cols(); ++c)
       MOECOMP_EXPECTS(std::isfinite(weights(r, c)) && weights(r, c) >= 0, fn,
                       ": weights must be finite and >= 0, got ", weights(r, c), " at (", r, ", ", c, ")");
+}
+
+/// The most experts the device routing ranks (gating's routing_max_experts; repeated here so that the checks need
+/// no kernel header; a static_assert in merge_layer_device.cuh keeps the two equal).
+inline constexpr index_t merge_max_routed_experts = 512;
+
+/// Every check of the device merge_experts and its size query (out null), on the host before any CUDA call:
+/// the host's checks on shapes (x and the router are not read: their finiteness is not checked), then the
+/// device's limits. Returns the number of groups.
+template <class W, class A = accumulator_t<W>>
+index_t check_merge_layer_arguments(const char* fn, const merge_params& params,
+                                    const moe::ffn_expert_stack_device_view<W>& experts,
+                                    vector_view<const std::int64_t> groups, const merge_data<A, device_memory>& data,
+                                    const merge_device_outputs<W>* out) {
+  moecomp::detail::check_ffn_stack(fn, experts);
+  const index_t e_count = experts.experts(), g = merge::detail::checked_group_count(fn, groups, e_count);
+  merge::detail::check_merge_params(fn, params, e_count);
+  merge::detail::check_merge_data(fn, params, data, e_count, g, experts.d_model(), groups);
+  const auto members = merge::detail::group_members(groups, g);
+  for (index_t k = 0; k < g; ++k)
+    MOECOMP_EXPECTS(static_cast<index_t>(members[static_cast<std::size_t>(k)].size()) <=
+                        moecomp::detail::max_gather_members,
+                    fn, ": groups must have at most ", moecomp::detail::max_gather_members,
+                    " members each on the device, got ", members[static_cast<std::size_t>(k)].size(), " in group ", k);
+  const bool routed = !data.x.empty() && !data.router.empty();
+  MOECOMP_EXPECTS(!routed || e_count <= merge_max_routed_experts, fn, ": experts must be at most ",
+                  merge_max_routed_experts, " to route the tokens on the device, got ", e_count);
+  moecomp::detail::check_int_extents(
+      fn, {{"the number of tokens", data.x.rows()},
+           {"tokens x experts", data.x.rows() * e_count},
+           {"d", experts.d_model()},
+           {"d_ff", experts.d_ff()},
+           {"x's row stride", data.x.row_stride()},
+           {"the router's row stride", data.router.row_stride()},
+           {"the stack's row strides",
+            std::max({experts.w1.row_stride(), experts.w3.row_stride(), experts.w2.row_stride()})}});
+  if (out != nullptr) {
+    const router_rule rule = resolve_router_rule(params, !data.router.empty());
+    merge::detail::check_merge_outputs(fn, experts, *out, g, rule);
+    moecomp::detail::check_no_overlap(fn, "out.experts.w1", out->experts.w1, "experts.w1", experts.w1);
+    moecomp::detail::check_no_overlap(fn, "out.experts.w2", out->experts.w2, "experts.w2", experts.w2);
+    moecomp::detail::check_no_overlap(fn, "out.experts.w3", out->experts.w3, "experts.w3", experts.w3);
+    moecomp::detail::check_no_overlap(fn, "out.router", out->router, "router", data.router);
+  }
+  return g;
 }
 
 }  // namespace cuda_detail
