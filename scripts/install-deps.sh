@@ -11,6 +11,7 @@ packages=(
   python3-numpy python3-scipy python3-sklearn python3-pot python3-fastcluster  # peers (used via /usr/bin/python3)
   python3-faiss                                # the k-means peer of bench/peers/kmeans_vs_sklearn_faiss.py
   python3-torch                                # the routing peer (tests/peers/test_gate_torch.py), pruning, merging
+  pybind11-dev                                 # the Python binding (python/)
   libopenblas0-pthread                         # an optimised BLAS for the peers (numpy/scipy)
   libopenblas-openmp-dev                       # the opt-in CBLAS of the tool and benches (OpenMP build: thread-safe)
 )
