@@ -304,6 +304,120 @@ py::tuple emd(py::handle a, py::handle b, py::handle cost, std::int64_t max_iter
   return py::make_tuple(plan, r.cost, moecomp::to_string(r.status));
 }
 
+py::dict kmeans(py::handle x, index_t k, const std::string& init, py::handle centers, py::handle sample_weight,
+               index_t restarts, index_t max_iterations, double tolerance, std::uint64_t seed, index_t size_min,
+               index_t size_max, int threads) {
+  constexpr const char* fn = "kmeans";
+  const tensor_arg xa(fn, "x", x);
+  moecomp::cluster::kmeans_params params;
+  params.clusters = k;
+  params.init = centers.is_none() ? named(fn, [&] { return moecomp::cluster::parse_kmeans_init(init); })
+                                  : moecomp::cluster::kmeans_init::given;
+  params.restarts = restarts;
+  params.max_iterations = max_iterations;
+  params.tolerance = tolerance;
+  params.seed = seed;
+  params.size_min = size_min;
+  params.size_max = size_max;
+  const moecomp::host_context ctx(threads);
+  py::dict d;
+  on_real(fn, xa, "x", [&](auto tag) -> py::object {
+    using T = decltype(tag);
+    const moecomp::matrix_view<const T> xv = xa.matrix<const T>();
+    py::array_t<T> c = new_matrix<T>(k, xv.cols());
+    if (!centers.is_none()) {  // the given start, copied: the result's centres are new
+      const tensor_arg ca(fn, "centers", centers);
+      require_same<T>(fn, ca, "centers", "x");
+      const moecomp::matrix_view<const T> cv = ca.matrix<const T>();
+      if (cv.rows() != k || cv.cols() != xv.cols())
+        ca.fail("must be k x d = " + std::to_string(k) + " x " + std::to_string(xv.cols()) + ", got " +
+                std::to_string(cv.rows()) + " x " + std::to_string(cv.cols()));
+      for (index_t r = 0; r < k; ++r)
+        for (index_t col = 0; col < cv.cols(); ++col) c.mutable_at(r, col) = cv(r, col);
+    }
+    std::optional<tensor_arg> wa;
+    moecomp::vector_view<const T> wv;
+    if (!sample_weight.is_none()) {
+      wa.emplace(fn, "sample_weight", sample_weight);
+      require_same<T>(fn, *wa, "sample_weight", "x");
+      wv = wa->vector<const T>();
+    }
+    py::array_t<std::int64_t> labels(static_cast<py::ssize_t>(xv.rows()));
+    py::array_t<index_t> sizes(static_cast<py::ssize_t>(k));
+    const moecomp::matrix_view<T> cview = view_of(c);
+    const moecomp::vector_view<std::int64_t> lv(labels.mutable_data(), xv.rows());
+    const moecomp::vector_view<index_t> sv(sizes.mutable_data(), k);
+    moecomp::cluster::kmeans_result r;
+    {
+      py::gil_scoped_release release;
+      r = named(fn, [&] { return moecomp::cluster::kmeans<T>(ctx, params, xv, wv, cview, lv, sv); });
+    }
+    d["centers"] = c;
+    d["labels"] = labels;
+    d["sizes"] = sizes;
+    d["inertia"] = r.inertia;
+    d["iterations"] = r.iterations;
+    d["status"] = moecomp::to_string(r.status);
+    return py::none();
+  });
+  return d;
+}
+
+py::tuple linear_sum_assignment(py::handle cost, bool maximize, int threads) {
+  constexpr const char* fn = "linear_sum_assignment";
+  const tensor_arg ca(fn, "cost", cost);
+  moecomp::ot::linear_assignment_params params;
+  params.maximize = maximize;
+  const moecomp::host_context ctx(threads);
+  py::array_t<index_t> rows, cols;
+  moecomp::ot::linear_assignment_result r;
+  on_real(fn, ca, "cost", [&](auto tag) -> py::object {
+    using T = decltype(tag);
+    const moecomp::matrix_view<const T> cv = ca.matrix<const T>();
+    if (cv.rows() > cv.cols())  // scipy's rule for tall costs: solve the transpose
+      ca.fail("must have at most as many rows as columns, got " + std::to_string(cv.rows()) + " x " +
+              std::to_string(cv.cols()) + " (pass its transpose)");
+    rows = py::array_t<index_t>(static_cast<py::ssize_t>(cv.rows()));
+    cols = py::array_t<index_t>(static_cast<py::ssize_t>(cv.rows()));
+    for (index_t i = 0; i < cv.rows(); ++i) rows.mutable_at(i) = i;
+    const moecomp::vector_view<index_t> assignment(cols.mutable_data(), cv.rows());
+    py::gil_scoped_release release;
+    r = named(fn, [&] { return moecomp::ot::linear_assignment(ctx, params, cv, assignment); });
+    return py::none();
+  });
+  return py::make_tuple(rows, cols, r.cost, moecomp::to_string(r.status));
+}
+
+py::tuple sinkhorn(py::handle a, py::handle b, py::handle cost, double reg, const std::string& method,
+                   index_t max_iterations, double tolerance, int threads) {
+  constexpr const char* fn = "sinkhorn";
+  const tensor_arg aa(fn, "a", a), ba(fn, "b", b), ca(fn, "cost", cost);
+  moecomp::ot::sinkhorn_params params;
+  params.reg = reg;
+  params.method = named(fn, [&] { return moecomp::ot::parse_sinkhorn_method(method); });
+  params.max_iterations = max_iterations;
+  params.tolerance = tolerance;
+  const moecomp::host_context ctx(threads);
+  py::object plan;
+  moecomp::ot::sinkhorn_result r;
+  on_real(fn, aa, "a", [&](auto tag) -> py::object {
+    using T = decltype(tag);
+    require_same<T>(fn, ba, "b", "a");
+    require_same<T>(fn, ca, "cost", "a");
+    const moecomp::vector_view<const T> av = aa.vector<const T>(), bv = ba.vector<const T>();
+    const moecomp::matrix_view<const T> cv = ca.matrix<const T>();
+    py::array_t<T> p = new_matrix<T>(cv.rows(), cv.cols());
+    const moecomp::matrix_view<T> pv = view_of(p);
+    {
+      py::gil_scoped_release release;
+      r = named(fn, [&] { return moecomp::ot::sinkhorn<T>(ctx, params, av, bv, cv, pv); });
+    }
+    plan = p;
+    return py::none();
+  });
+  return py::make_tuple(plan, r.cost, moecomp::to_string(r.status), r.iterations);
+}
+
 /// merge_experts over stacks in T = float or double (W = A = T).
 template <class T>
 py::dict merge_stacks(const char* fn, const tensor_arg& w1a, const tensor_arg& w2a, const tensor_arg* w3a,
@@ -462,6 +576,22 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("max_iterations") = 100000000, py::arg("mass_tolerance") = 1e-7, py::arg("threads") = 0,
         "Exact optimal transport between histograms a (n) and b (m) for cost (n x m), all of one dtype: "
         "(plan float64 n x m, cost, status), POT's ot.emd.");
+  m.def("kmeans", &kmeans, py::arg("x"), py::arg("k"), py::kw_only(), py::arg("init") = "k-means++",
+        py::arg("centers") = py::none(), py::arg("sample_weight") = py::none(), py::arg("restarts") = 1,
+        py::arg("max_iterations") = 300, py::arg("tolerance") = 1e-4, py::arg("seed") = 0, py::arg("size_min") = 0,
+        py::arg("size_max") = 0, py::arg("threads") = 0,
+        "Lloyd's k-means of the rows of x (scikit-learn's lloyd; init k-means++ or random, or the given `centers`), "
+        "with optional sample weights and cluster size bounds (size_min = size_max = n / k: balanced): a dict with "
+        "centers, labels, sizes, inertia, iterations and status.");
+  m.def("linear_sum_assignment", &linear_sum_assignment, py::arg("cost"), py::arg("maximize") = false, py::kw_only(),
+        py::arg("threads") = 0,
+        "The exact linear assignment of scipy.optimize.linear_sum_assignment for an n x m cost, n <= m: (rows, "
+        "cols, cost, status).");
+  m.def("sinkhorn", &sinkhorn, py::arg("a"), py::arg("b"), py::arg("cost"), py::arg("reg"),
+        py::arg("method") = "plain", py::kw_only(), py::arg("max_iterations") = 1000, py::arg("tolerance") = 1e-9,
+        py::arg("threads") = 0,
+        "Entropic optimal transport (POT's ot.sinkhorn; method plain, log, stabilized or epsilon_scaling): (plan, "
+        "cost, status, iterations).");
   m.def("merge_experts", &merge_experts, py::arg("w1"), py::arg("w2"), py::arg("groups"), py::kw_only(),
         py::arg("w3") = py::none(), py::arg("method") = "average", py::arg("x") = py::none(),
         py::arg("router") = py::none(), py::arg("frequencies") = py::none(), py::arg("activation") = "silu",

@@ -3,6 +3,7 @@
 linkage against scipy, route against torch, cka against numpy's closed form, emd against POT, merge_experts against
 numpy transcriptions; inputs from numpy and torch read in place (the addresses moecomp sees are the arrays' own),
 `out` written in place into a torch tensor, and the errors (ValueError / TypeError with the argument's name).
+kmeans against scikit-learn's lloyd, linear_sum_assignment against scipy, sinkhorn against POT.
 Data: moecomp.normal, moecomp's own seeded generator. Run with PYTHONPATH holding the built module (ctest sets it)."""
 import os
 import sys
@@ -10,8 +11,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "peers"))
 from peer_common import require  # noqa: E402
 
-np, spatial, hierarchy, ot, torch = require("numpy", "scipy.spatial.distance", "scipy.cluster.hierarchy", "ot",
-                                            "torch")
+np, spatial, hierarchy, optimize, ot, torch, skcluster = require(
+    "numpy", "scipy.spatial.distance", "scipy.cluster.hierarchy", "scipy.optimize", "ot", "torch", "sklearn.cluster")
 import moecomp  # noqa: E402  (built with the project: a missing module is a failure, never a skip)
 
 checks = failures = 0
@@ -142,6 +143,54 @@ def test_emd():
     expect("emd unequal masses", ValueError, "emd", moecomp.emd, a, 2 * b, cost)
 
 
+def test_kmeans():
+    k = 8
+    blobs = np.repeat(3 * moecomp.normal(k, 6, seed=20), 50, axis=0) + moecomp.normal(k * 50, 6, seed=21)
+    c0 = blobs[::50][:k] + 0.5 * moecomp.normal(k, 6, seed=22)
+    r = moecomp.kmeans(blobs, k, centers=c0)
+    ref = skcluster.KMeans(n_clusters=k, init=c0, n_init=1, max_iter=300, tol=1e-4, algorithm="lloyd").fit(blobs)
+    check("kmeans given start = scikit-learn's lloyd: the labels", np.array_equal(r["labels"], ref.labels_))
+    check("kmeans given start: centres and inertia to 1e-9", rel(r["centers"], ref.cluster_centers_) <= 1e-9 and
+          abs(r["inertia"] - ref.inertia_) <= 1e-9 * ref.inertia_ and r["iterations"] == ref.n_iter_,
+          (r["iterations"], ref.n_iter_))
+    check("kmeans sizes count the labels", list(r["sizes"]) == np.bincount(r["labels"], minlength=k).tolist())
+    bal = moecomp.kmeans(blobs.astype(np.float32), k, size_min=50, size_max=50, seed=3)
+    check("kmeans balanced (size bounds 50): every cluster holds 50", all(s == 50 for s in bal["sizes"]),
+          list(bal["sizes"]))
+    expect("kmeans k > n", ValueError, "kmeans: ", moecomp.kmeans, blobs[:3], 4)
+    expect("kmeans centers of the wrong shape", ValueError, "kmeans: centers must be k x d = 8 x 6",
+           moecomp.kmeans, blobs, k, centers=c0[:3])
+
+
+def test_linear_sum_assignment():
+    cost = moecomp.normal(30, 45, seed=23)
+    rows, cols, total, status = moecomp.linear_sum_assignment(cost)
+    want_r, want_c = optimize.linear_sum_assignment(cost)
+    check("linear_sum_assignment = scipy's (30 x 45)", np.array_equal(rows, want_r) and np.array_equal(cols, want_c)
+          and abs(total - cost[want_r, want_c].sum()) <= 1e-12 and status == "ok")
+    _, cols, total, _ = moecomp.linear_sum_assignment(cost[:, :30], maximize=True)
+    want_r, want_c = optimize.linear_sum_assignment(cost[:, :30], maximize=True)
+    check("linear_sum_assignment maximize = scipy's (a column slice, in place)", np.array_equal(cols, want_c))
+    expect("linear_sum_assignment tall", ValueError, "at most as many rows as columns", moecomp.linear_sum_assignment,
+           np.ascontiguousarray(cost.T))
+
+
+def test_sinkhorn():
+    n, m = 50, 40
+    a = np.abs(moecomp.normal(1, n, seed=24)[0]) + 0.1
+    b = np.abs(moecomp.normal(1, m, seed=25)[0]) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    pa, pb = moecomp.normal(n, 2, seed=26), moecomp.normal(m, 2, seed=27)
+    cost = ((pa[:, None, :] - pb[None, :, :]) ** 2).sum(-1)
+    cost /= cost.max()
+    for method, pot in (("plain", "sinkhorn"), ("log", "sinkhorn_log"), ("stabilized", "sinkhorn_stabilized")):
+        plan, total, status, iterations = moecomp.sinkhorn(a, b, cost, 5e-2, method)
+        want = ot.sinkhorn(a, b, cost, 5e-2, method=pot, numItermax=1000, stopThr=1e-9)
+        check(f"sinkhorn {method} reg 5e-2 = POT's plan to 1e-6", rel(plan, want) <= 1e-6 and status == "ok",
+              (rel(plan, want), iterations))
+    expect("sinkhorn reg 0", ValueError, "sinkhorn: ", moecomp.sinkhorn, a, b, cost, 0.0)
+
+
 def test_merge():
     e, d, f = 6, 16, 24
     w1 = torch.from_numpy(moecomp.normal(e * f, d, seed=11).reshape(e, f, d).astype(np.float32))
@@ -153,7 +202,8 @@ def test_merge():
              and np.allclose(r["w2"][g], w2.numpy()[groups == g].astype(np.float64).mean(0), rtol=0, atol=1e-6)
              and np.allclose(r["w3"][g], w3.numpy()[groups == g].astype(np.float64).mean(0), rtol=0, atol=1e-6)
              for g in range(3))
-    check("merge_experts average = the members' mean (torch stacks in place)", ok and list(r["map"]) == list(groups))
+    check("merge_experts average = the members' mean", ok and list(r["map"]) == list(groups))
+    check("a torch stack of experts is read in place", moecomp._address(w1) == w1.data_ptr())
     freq = np.array([0.3, 0.1, 0.2, 0.15, 0.05, 0.2])
     router = moecomp.normal(e, d, seed=14).astype(np.float32)
     r = moecomp.merge_experts(w1, w2, groups, w3=w3, method="frequency", frequencies=freq, router=router,
@@ -191,7 +241,8 @@ def test_generator():
 
 
 def main():
-    for test in (test_generator, test_pdist, test_linkage, test_route, test_cka, test_emd, test_merge):
+    for test in (test_generator, test_pdist, test_linkage, test_route, test_cka, test_emd, test_kmeans,
+                 test_linear_sum_assignment, test_sinkhorn, test_merge):
         test()
     print(f"{checks - failures}/{checks} checks passed")
     return 1 if failures else 0
