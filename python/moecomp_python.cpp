@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -418,31 +419,64 @@ py::tuple sinkhorn(py::handle a, py::handle b, py::handle cost, double reg, cons
   return py::make_tuple(plan, r.cost, moecomp::to_string(r.status), r.iterations);
 }
 
-/// merge_experts over stacks in T = float or double (W = A = T).
-template <class T>
+/// A new numpy array for weights of storage W: W's own dtype for float and double, float16 for half, and int16
+/// holding the bits for bfloat16 (numpy has no bfloat16; weights_result gives torch a bfloat16 view of it; int16,
+/// because torch.from_numpy takes no uint16).
+template <class W>
+py::array new_weight_array(std::vector<py::ssize_t> shape) {
+  if constexpr (std::is_same_v<W, moecomp::half>) return py::array(py::dtype("float16"), shape);
+  else if constexpr (std::is_same_v<W, moecomp::bfloat16>) return py::array(py::dtype("int16"), shape);
+  else return py::array_t<W>(shape);
+}
+
+/// What merge_experts returns for a weight array: bfloat16 bits as a torch.bfloat16 tensor (a view, no copy),
+/// everything else as the numpy array.
+template <class W>
+py::object weights_result(const py::array& a) {
+  if constexpr (std::is_same_v<W, moecomp::bfloat16>) {
+    const py::module_ torch = py::module_::import("torch");
+    return torch.attr("from_numpy")(a).attr("view")(torch.attr("bfloat16"));
+  } else {
+    return a;
+  }
+}
+
+/// The element type `a` must have: A's, for an argument that goes with weights of storage W (named by `why`).
+template <class A>
+void require_dtype(const char* function, const tensor_arg& a, const char* name, const char* why) {
+  if (!a.holds<A>())
+    throw py::type_error(std::string(function) + ": " + name + " must be " +
+                         moecomp::interop::dlpack_dtype_string(moecomp::interop::dlpack_dtype<A>(), false) + " (" +
+                         why + "), got " + a.dtype());
+}
+
+/// merge_experts over stacks of storage W (float, double, bfloat16, half); x and the router in A = accumulator_t<W>.
+template <class W>
 py::dict merge_stacks(const char* fn, const tensor_arg& w1a, const tensor_arg& w2a, const tensor_arg* w3a,
                       const tensor_arg& ga, const tensor_arg* xa, const tensor_arg* ra, const tensor_arg* fa,
                       const moecomp::merge::merge_params& params, int threads) {
   namespace mm = moecomp::merge;
-  mm::merge_data<T> data;
-  moecomp::moe::ffn_expert_stack_view<T> experts;
-  experts.w1 = w1a.stack<const T>();
-  experts.w2 = w2a.stack<const T>();
+  using A = moecomp::accumulator_t<W>;
+  const char* why = std::is_same_v<W, A> ? "w1's dtype" : "float32 for 16-bit weights";
+  mm::merge_data<A> data;
+  moecomp::moe::ffn_expert_stack_view<W> experts;
+  require_same<W>(fn, w2a, "w2", "w1");
+  experts.w1 = w1a.stack<const W>();
+  experts.w2 = w2a.stack<const W>();
   if (w3a != nullptr) {
-    require_same<T>(fn, *w3a, "w3", "w1");
-    experts.w3 = w3a->stack<const T>();
+    require_same<W>(fn, *w3a, "w3", "w1");
+    experts.w3 = w3a->stack<const W>();
   }
-  require_same<T>(fn, w2a, "w2", "w1");
   if (!ga.holds<std::int64_t>())
     throw py::type_error(std::string(fn) + ": groups must be int64, got " + ga.dtype());
   const moecomp::vector_view<const std::int64_t> groups = ga.vector<const std::int64_t>();
   if (xa != nullptr) {
-    require_same<T>(fn, *xa, "x", "w1");
-    data.x = xa->matrix<const T>();
+    require_dtype<A>(fn, *xa, "x", why);
+    data.x = xa->matrix<const A>();
   }
   if (ra != nullptr) {
-    require_same<T>(fn, *ra, "router", "w1");
-    data.router = ra->matrix<const T>();
+    require_dtype<A>(fn, *ra, "router", why);
+    data.router = ra->matrix<const A>();
   }
   if (fa != nullptr) {
     if (!fa->holds<double>())
@@ -452,27 +486,28 @@ py::dict merge_stacks(const char* fn, const tensor_arg& w1a, const tensor_arg& w
   const index_t g = named(fn, [&] { return mm::group_count(groups); }), d = experts.d_model(), d_ff = experts.d_ff();
   const mm::router_rule rule = mm::resolve_router_rule(params, !data.router.empty());
   const auto stack_array = [&](index_t rows, index_t cols) {
-    return py::array_t<T>({static_cast<py::ssize_t>(g), static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(cols)});
+    return new_weight_array<W>({static_cast<py::ssize_t>(g), static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(cols)});
   };
-  py::array_t<T> o1 = stack_array(d_ff, d), o2 = stack_array(d, d_ff), o3 = stack_array(experts.gated() ? d_ff : 0, d);
-  py::array_t<T> orouter = new_matrix<T>(rule == mm::router_rule::id_map ? 0 : g, d);
+  py::array o1 = stack_array(d_ff, d), o2 = stack_array(d, d_ff), o3 = stack_array(experts.gated() ? d_ff : 0, d);
+  py::array_t<A> orouter = new_matrix<A>(rule == mm::router_rule::id_map ? 0 : g, d);
   py::array_t<std::int64_t> omap(static_cast<py::ssize_t>(groups.size()));
-  mm::merge_outputs<T> out;
-  out.experts.w1 = moecomp::matrix_stack_view<T>(o1.mutable_data(), g, d_ff, d, d, d_ff * d);
-  out.experts.w2 = moecomp::matrix_stack_view<T>(o2.mutable_data(), g, d, d_ff, d_ff, d * d_ff);
-  if (experts.gated()) out.experts.w3 = moecomp::matrix_stack_view<T>(o3.mutable_data(), g, d_ff, d, d, d_ff * d);
+  const auto data_of = [](py::array& a) { return static_cast<W*>(a.mutable_data()); };
+  mm::merge_outputs<W> out;
+  out.experts.w1 = moecomp::matrix_stack_view<W>(data_of(o1), g, d_ff, d, d, d_ff * d);
+  out.experts.w2 = moecomp::matrix_stack_view<W>(data_of(o2), g, d, d_ff, d_ff, d * d_ff);
+  if (experts.gated()) out.experts.w3 = moecomp::matrix_stack_view<W>(data_of(o3), g, d_ff, d, d, d_ff * d);
   if (rule != mm::router_rule::id_map) out.router = view_of(orouter);
   out.map = moecomp::vector_view<std::int64_t>(omap.mutable_data(), groups.size());
   const moecomp::host_context ctx(threads);
   mm::merge_report report;
   {
     py::gil_scoped_release release;
-    report = named(fn, [&] { return mm::merge_experts<T>(ctx, params, experts, groups, data, out); });
+    report = named(fn, [&] { return mm::merge_experts<W>(ctx, params, experts, groups, data, out); });
   }
   py::dict result;
-  result["w1"] = o1;
-  result["w2"] = o2;
-  result["w3"] = experts.gated() ? py::object(o3) : py::object(py::none());
+  result["w1"] = weights_result<W>(o1);
+  result["w2"] = weights_result<W>(o2);
+  result["w3"] = experts.gated() ? weights_result<W>(o3) : py::object(py::none());
   result["router"] = rule == mm::router_rule::id_map ? py::object(py::none()) : py::object(orouter);
   result["map"] = omap;
   result["router_rule"] = mm::to_string(report.router);
@@ -521,7 +556,11 @@ py::dict merge_experts(py::handle w1, py::handle w2, py::handle groups, py::hand
     return merge_stacks<float>(fn, w1a, w2a, opt(w3a), ga, opt(xa), opt(ra), opt(fa), params, threads);
   if (w1a.holds<double>())
     return merge_stacks<double>(fn, w1a, w2a, opt(w3a), ga, opt(xa), opt(ra), opt(fa), params, threads);
-  throw py::type_error(std::string(fn) + ": w1 must be float32 or float64, got " + w1a.dtype());
+  if (w1a.holds<moecomp::bfloat16>())
+    return merge_stacks<moecomp::bfloat16>(fn, w1a, w2a, opt(w3a), ga, opt(xa), opt(ra), opt(fa), params, threads);
+  if (w1a.holds<moecomp::half>())
+    return merge_stacks<moecomp::half>(fn, w1a, w2a, opt(w3a), ga, opt(xa), opt(ra), opt(fa), params, threads);
+  throw py::type_error(std::string(fn) + ": w1 must be float32, float64, bfloat16 or float16, got " + w1a.dtype());
 }
 
 py::array_t<double> normal(index_t rows, index_t cols, std::uint64_t seed, std::uint64_t stream) {
@@ -598,7 +637,8 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("router_rule") = "auto", py::arg("routing_top_k") = 2, py::arg("frequency_top_k") = 2,
         py::arg("token_cap") = 50000, py::arg("seed") = 0, py::arg("max_iterations") = 100,
         py::arg("report_errors") = true, py::arg("threads") = 0,
-        "Merges each group of a layer's experts (w1, w3: E x d_ff x d; w2: E x d x d_ff; float32 or float64; "
+        "Merges each group of a layer's experts (w1, w3: E x d_ff x d; w2: E x d x d_ff; float32, float64, "
+        "bfloat16 or float16, bf16 results as torch.bfloat16 tensors; x and router float32 for 16-bit weights; "
         "groups: E int64 ids covering 0..g-1) by method average, frequency, uniform, dominant, aligned, fix-dom "
         "or learned: a dict with w1, w2, w3 (g deep), router (g x d, or None for the id map), map, router_rule, "
         "coefficients, and per group dominants, tokens, errors and objectives, and status.");

@@ -224,6 +224,25 @@ def test_merge():
     ok = all(abs(sum(r["coefficients"][i] for i in np.flatnonzero(groups == g)) - 1) <= 1e-12 for g in range(3))
     check("merge_experts learned: coefficients on the simplex per group, router rows merged",
           ok and r["router"].shape == (3, d) and min(r["coefficients"]) >= 0)
+    # 16-bit storage: torch bfloat16 stacks (results as torch.bfloat16) and numpy float16; each merged weight is the
+    # members' exact mean rounded once (the sum of at most 3 16-bit values is exact in double, one division rounds it
+    # correctly, and a mean that is not a 16-bit tie is far from one).
+    for name, stack, to16 in (("bfloat16 (torch)", w1.bfloat16(), lambda v: torch.from_numpy(v).bfloat16()),
+                              ("float16 (numpy)", w1.numpy().astype(np.float16), lambda v: v.astype(np.float16))):
+        w16 = stack if isinstance(stack, torch.Tensor) else stack
+        w2_16 = w2.bfloat16() if isinstance(stack, torch.Tensor) else w2.numpy().astype(np.float16)
+        r = moecomp.merge_experts(w16, w2_16, groups, method="average")
+        src = (stack.double() if isinstance(stack, torch.Tensor) else torch.from_numpy(stack.astype(np.float64))).numpy()
+        ok = True
+        for g in range(3):
+            mem = np.flatnonzero(groups == g)
+            want = to16(src[mem].sum(0) / len(mem))
+            got = r["w1"][g]
+            ok = ok and (torch.equal(got, want) if isinstance(want, torch.Tensor) else np.array_equal(got, want))
+        kind = type(r["w1"]).__name__ + " " + str(r["w1"].dtype)
+        check(f"merge_experts average, {name} stacks: the exact mean rounded once, bit for bit ({kind})", ok)
+    expect("merge_experts bf16 with float64 tokens", TypeError, "x must be float32 (float32 for 16-bit weights)",
+           moecomp.merge_experts, w1.bfloat16(), w2.bfloat16(), groups, method="fix-dom", x=x.astype(np.float64))
     expect("merge_experts groups not covering", ValueError, "groups must cover every id", moecomp.merge_experts,
            w1, w2, np.array([0, 2, 0, 2, 2, 0], dtype=np.int64), w3=w3)
     expect("merge_experts fix-dom without tokens", ValueError, "method fix-dom needs calibration tokens x",
