@@ -55,7 +55,7 @@ class tensor_arg {
   tensor_arg(const tensor_arg&) = delete;
   tensor_arg& operator=(const tensor_arg&) = delete;
 
-  /// Whether the elements are T (float32, float64, int64).
+  /// Whether the elements are T (float, double, int64, bfloat16, half).
   template <class T>
   bool holds() const noexcept {
     const DLDataType want = moecomp::interop::dlpack_dtype<T>();
