@@ -248,21 +248,37 @@ double relative_difference(const std::vector<W>& a, const W* b, std::size_t n) {
   return scale > 0 ? diff / scale : diff;
 }
 
+/// A group's arguments over host memory posing as device memory (the argument checks never read it): a stack of 3
+/// experts without W3 or biases, an output expert, 10 tokens, members {0, 2} and tokens {0, 3, 9}.
+struct fake_group {
+  float storage[8192] = {0};
+  std::vector<index_t> members{0, 2}, tokens{0, 3, 9};
+  struct views {
+    moe::ffn_expert_stack_device_view<float> s;
+    moe::ffn_expert_device_mutable_view<float> out;
+    dmatrix<const float> x;
+    moecomp::vector_view<const index_t> mv, tv;
+  };
+  views arguments() const {
+    float* base = const_cast<float*>(storage);
+    views v;
+    v.s.w1 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(base, 3, d_ff, d, d, d_ff * d);
+    v.s.w2 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(base + 3 * d_ff * d, 3, d, d_ff, d_ff, d * d_ff);
+    v.out.w1 = dmatrix<float>(base + 6 * d_ff * d, d_ff, d);
+    v.out.w2 = dmatrix<float>(base + 7 * d_ff * d, d, d_ff);
+    v.x = dmatrix<const float>(base + 8 * d_ff * d, 10, d);
+    v.mv = moecomp::make_vector_view<const index_t>(members.data(), 2);
+    v.tv = moecomp::make_vector_view<const index_t>(tokens.data(), 3);
+    return v;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("device merge_fix_dom: argument checks run before any device work") {
   const moecomp::cuda_context ctx(nullptr);  // never used: the checks come first
-  float storage[8192] = {0};
-  moe::ffn_expert_stack_device_view<float> s;
-  s.w1 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage, 3, d_ff, d, d, d_ff * d);
-  s.w2 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage + 3 * d_ff * d, 3, d, d_ff, d_ff, d * d_ff);
-  moe::ffn_expert_device_mutable_view<float> out;
-  out.w1 = dmatrix<float>(storage + 6 * d_ff * d, d_ff, d);
-  out.w2 = dmatrix<float>(storage + 7 * d_ff * d, d, d_ff);
-  const auto x = dmatrix<const float>(storage + 8 * d_ff * d, 10, d);
-  const std::vector<index_t> members{0, 2}, tokens{0, 3, 9};
-  const auto mv = moecomp::make_vector_view<const index_t>(members.data(), 2);
-  const auto tv = moecomp::make_vector_view<const index_t>(tokens.data(), 3);
+  const fake_group f;
+  const auto& [s, out, x, mv, tv] = f.arguments();
   moecomp::merge::merge_params params;
   params.method = moecomp::merge::merge_method::fix_dom;
   CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 1, 0, x, tv, out),
@@ -273,7 +289,7 @@ TEST_CASE("device merge_fix_dom: argument checks run before any device work") {
   const std::vector<index_t> far{0, 10};
   CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, x, moecomp::make_vector_view<const index_t>(far.data(), 2), out),
                        "merge_fix_dom: tokens must be rows of x in [0, 10), got 10 at 1", moecomp::invalid_argument);
-  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, dmatrix<const float>(storage, 10, d - 1), tv, out),
+  CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, dmatrix<const float>(f.storage, 10, d - 1), tv, out),
                        doctest::Contains("merge_fix_dom: x must have d = 12 columns"), moecomp::invalid_argument);
   index_t ids[64] = {0};
   CHECK_THROWS_WITH_AS(moecomp::merge::merge_fix_dom<float>(ctx, params, s, mv, 2, 0, x, tv, out, dmatrix<index_t>(ids, 3, d_ff)),
@@ -401,17 +417,8 @@ TEST_CASE_TEMPLATE("device merge_fix_dom matches the host's fix_dom: the same ma
 
 TEST_CASE("device merge_learned: argument checks run before any device work") {
   const moecomp::cuda_context ctx(nullptr);  // never used: the checks come first
-  float storage[8192] = {0};
-  moe::ffn_expert_stack_device_view<float> s;
-  s.w1 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage, 3, d_ff, d, d, d_ff * d);
-  s.w2 = moecomp::matrix_stack_view<const float, moecomp::device_memory>(storage + 3 * d_ff * d, 3, d, d_ff, d_ff, d * d_ff);
-  moe::ffn_expert_device_mutable_view<float> out;
-  out.w1 = dmatrix<float>(storage + 6 * d_ff * d, d_ff, d);
-  out.w2 = dmatrix<float>(storage + 7 * d_ff * d, d, d_ff);
-  const auto x = dmatrix<const float>(storage + 8 * d_ff * d, 10, d);
-  const std::vector<index_t> members{0, 2}, tokens{0, 3, 9};
-  const auto mv = moecomp::make_vector_view<const index_t>(members.data(), 2);
-  const auto tv = moecomp::make_vector_view<const index_t>(tokens.data(), 3);
+  const fake_group f;
+  const auto& [s, out, x, mv, tv] = f.arguments();
   moecomp::merge::merge_params params;
   params.method = moecomp::merge::merge_method::learned;
   const std::vector<double> w(6, 0.5), bad{0.5, 0.5, 0.5, -1, 0.5, 0.5};
