@@ -14,6 +14,7 @@
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/input_file.hpp>
 #include <moecomp/io/detail/atomic_file.hpp>
 #include <moecomp/io/detail/npy_format.hpp>
 
@@ -325,48 +326,16 @@ class npy_memory_source {
   std::size_t position_ = 0;
 };
 
-/// A seekable file of known size, read front to back.
+/// A regular file of known size, read front to back.
 class npy_file_source {
  public:
-  npy_file_source(std::FILE* file, std::uint64_t size, const char* function, const std::string& path)
-      : file_(file), size_(size), function_(function), path_(path) {}
-  std::uint64_t total() const noexcept { return size_; }
-  void read(void* target, std::size_t count) {
-    if (count == 0) return;
-    errno = 0;
-    if (std::fread(target, 1, count, file_) != count) {
-      if (std::ferror(file_))
-        MOECOMP_FAIL(error_kind::io_error, function_, ": cannot read '", path_, "': ",
-                     errno != 0 ? std::strerror(errno) : "read error");
-      MOECOMP_FAIL(error_kind::io_error, function_, ": cannot read '", path_,
-                   "': the file ended early (was it changed while being read?)");
-    }
-  }
+  explicit npy_file_source(moecomp::detail::input_file& file) : file_(file) {}
+  std::uint64_t total() const noexcept { return file_.size(); }
+  void read(void* target, std::size_t count) { file_.read(target, count); }
 
  private:
-  std::FILE* file_;
-  std::uint64_t size_;
-  const char* function_;
-  const std::string& path_;
+  moecomp::detail::input_file& file_;
 };
-
-struct file_closer {
-  void operator()(std::FILE* file) const noexcept { std::fclose(file); }
-};
-
-/// Bytes of a seekable file, or -1 if it cannot seek (a pipe); leaves the position at the start.
-inline std::int64_t seekable_file_size(std::FILE* file) {
-#if defined(_WIN32)
-  if (_fseeki64(file, 0, SEEK_END) != 0) return -1;
-  const std::int64_t size = _ftelli64(file);
-  if (size < 0 || _fseeki64(file, 0, SEEK_SET) != 0) return -1;
-#else
-  if (std::fseek(file, 0, SEEK_END) != 0) return -1;
-  const std::int64_t size = std::ftell(file);
-  if (size < 0 || std::fseek(file, 0, SEEK_SET) != 0) return -1;
-#endif
-  return size;
-}
 
 /// Elements per chunk when a write converts or gathers: bounded extra memory whatever the array's size.
 inline constexpr index_t npy_write_chunk = 8192;
@@ -475,29 +444,12 @@ inline npy_array parse_npy(const std::string& bytes, const std::string& source_n
   return parse_npy(bytes.data(), bytes.size(), source_name);
 }
 
-/// Reads the .npy file at `path`. Errors (cannot open or read, malformed content) are io_errors that
-/// name the path. A non-seekable file (a pipe) is read into memory first.
+/// Reads the .npy file at `path`, a regular file (a FIFO, a device or a directory is refused before
+/// anything is read). Errors (cannot open or read, not a regular file, malformed content) are io_errors
+/// that name the path.
 inline npy_array read_npy(const std::string& path) {
-  errno = 0;
-  std::unique_ptr<std::FILE, detail::file_closer> file(std::fopen(path.c_str(), "rb"));
-  if (!file)
-    MOECOMP_FAIL(error_kind::io_error, "read_npy: cannot open '", path, "': ",
-                 errno != 0 ? std::strerror(errno) : "unknown error");
-  const std::int64_t size = detail::seekable_file_size(file.get());
-  if (size >= 0) {
-    detail::npy_file_source source(file.get(), static_cast<std::uint64_t>(size), "read_npy", path);
-    return detail::decode_npy(source, "read_npy", path);
-  }
-  std::string bytes;
-  char chunk[1 << 16];
-  for (;;) {
-    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file.get());
-    bytes.append(chunk, got);
-    if (got < sizeof chunk) break;
-  }
-  if (std::ferror(file.get()))
-    MOECOMP_FAIL(error_kind::io_error, "read_npy: cannot read '", path, "': read error");
-  detail::npy_memory_source source(bytes.data(), bytes.size());
+  moecomp::detail::input_file file(path, "read_npy");
+  detail::npy_file_source source(file);
   return detail::decode_npy(source, "read_npy", path);
 }
 
@@ -687,6 +639,19 @@ staged_file stage_npy(const std::string& path, matrix_stack_view<U, host_memory>
 }
 inline staged_file stage_npy(const std::string& path, const npy_array& array, const write_options& options = {}) {
   return stage_npy_bytes(path, array.dtype(), array.shape(), array.data(), options);
+}
+
+/// Any bytes (a JSON report, a text file), staged as above: `bytes` bytes at `data` in a temporary file beside
+/// `path`, with the same rules (a device, FIFO or directory target refused; nothing left behind on failure).
+/// `options.dtype` must be unset.
+inline staged_file stage_file_bytes(const std::string& path, const void* data, std::size_t bytes,
+                                    const write_options& options = {}) {
+  MOECOMP_EXPECTS(!options.dtype, "stage_file_bytes: options.dtype must be unset for raw bytes");
+  MOECOMP_EXPECTS(data != nullptr || bytes == 0, "stage_file_bytes: data must not be null when bytes is ", bytes);
+  auto file = std::make_unique<detail::atomic_file_writer>(path, "stage_file_bytes", options.hooks);
+  file->write(data, bytes);
+  file->finish();
+  return detail::staged_file_access::make(std::move(file), path);
 }
 
 /// Writes an N-d array (C order at `data`) to `path`, atomically: the bytes go to a temporary file in the

@@ -15,6 +15,7 @@
 #include <moecomp/core/views.hpp>
 #include <moecomp/io/npy.hpp>
 #include <moecomp/sparse/residual.hpp>
+#include <moecomp/core/detail/input_file.hpp>
 #include <moecomp/core/detail/little_endian.hpp>
 #include <moecomp/io/detail/atomic_file.hpp>
 #include <moecomp/io/detail/crc32.hpp>
@@ -171,24 +172,11 @@ inline residual_file parse_residual(const void* data, std::size_t size, const st
   return parse_residual(std::vector<std::uint8_t>(b, b + size), source_name);
 }
 
-/// Reads and checks a residual file.
+/// Reads and checks a residual file: a regular file (a FIFO, a device or a directory is refused before
+/// anything is read), read whole into memory, then checked as parse_residual checks bytes.
 inline residual_file read_residual(const std::string& path) {
-  errno = 0;
-  std::unique_ptr<std::FILE, detail::file_closer> file(std::fopen(path.c_str(), "rb"));
-  if (!file)
-    MOECOMP_FAIL(error_kind::io_error, "read_residual: cannot open '", path, "': ",
-                 errno != 0 ? std::strerror(errno) : "unknown error");
-  std::vector<std::uint8_t> bytes;
-  const std::int64_t size = detail::seekable_file_size(file.get());
-  if (size >= 0) bytes.reserve(static_cast<std::size_t>(size));
-  std::uint8_t chunk[1 << 16];
-  for (;;) {
-    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file.get());
-    bytes.insert(bytes.end(), chunk, chunk + got);
-    if (got < sizeof chunk) break;
-  }
-  if (std::ferror(file.get())) MOECOMP_FAIL(error_kind::io_error, "read_residual: cannot read '", path, "': read error");
-  return parse_residual(std::move(bytes), path);
+  moecomp::detail::input_file file(path, "read_residual");
+  return parse_residual(file.read_all<std::vector<std::uint8_t>>(), path);
 }
 
 /// A complete residual file in a temporary file beside `path`, not yet in place (see staged_file).

@@ -22,6 +22,7 @@
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/input_file.hpp>
 #include <moecomp/io/safetensors_types.hpp>
 #include <moecomp/io/detail/atomic_file.hpp>
 #include <moecomp/io/detail/safetensors_format.hpp>
@@ -115,6 +116,13 @@ class safetensors_tensor {
     MOECOMP_EXPECTS(out != nullptr || count == 0, "safetensors_tensor::convert_into: out must not be null");
     detail::convert_safetensors_elements(dtype(), data_ + static_cast<std::size_t>(first) * item_size(dtype()),
                                          static_cast<std::size_t>(count), out);
+  }
+  /// The index (C order) of the first element that is a NaN or an infinity, or -1 when every element is
+  /// finite (always, for integer and boolean dtypes). Reads the stored bits, converts nothing.
+  index_t find_non_finite() const noexcept {
+    const auto count = static_cast<std::size_t>(size());
+    const std::size_t first = detail::first_non_finite(dtype(), data_, count);
+    return first == count ? index_t{-1} : static_cast<index_t>(first);
   }
   /// The elements of a 2-D tensor converted to T; other ndim are refused with invalid_argument.
   template <class T>
@@ -472,44 +480,95 @@ class safetensors_checkpoint {
   std::unordered_map<std::string, std::size_t> where_;
 };
 
+/// The largest config.json, checkpoint index (*.index.json) or layout file moecomp reads: 64 MiB. The whole
+/// text of such a file is parsed into a JSON tree; real ones are a few kilobytes (the index of a model of a
+/// thousand shards, a few megabytes).
+inline constexpr std::uint64_t text_file_limit = std::uint64_t{64} << 20;
+
+/// One entry of a checkpoint index's "weight_map": a tensor and the shard file that holds it, as the index
+/// names it (relative to the index's directory).
+struct checkpoint_index_entry {
+  std::string tensor;
+  std::string shard;
+};
+
 namespace detail {
 
-[[noreturn]] inline void index_fail(const std::string& path, const std::string& problem) {
-  MOECOMP_FAIL(error_kind::io_error, "open_safetensors_checkpoint: '", path, "' is not a valid checkpoint index: ",
-               problem);
+[[noreturn]] inline void index_fail(const char* function, const std::string& path, const std::string& problem) {
+  MOECOMP_FAIL(error_kind::io_error, function, ": '", path, "' is not a valid checkpoint index: ", problem);
 }
 
 /// A shard's file name from the index: relative, inside the index's directory (no ".." component).
-inline std::filesystem::path shard_path(const std::string& index_path, const std::string& shard) {
+inline void check_shard_name(const char* function, const std::string& index_path, const std::string& shard) {
   namespace fs = std::filesystem;
   const fs::path relative(shard);
-  if (shard.empty() || relative.is_absolute() || relative.has_root_name())
-    index_fail(index_path, "a shard must be a relative file name, got '" + shard + "'");
+  if (shard.empty() || relative.is_absolute() || relative.has_root_name() || relative.has_root_directory())
+    index_fail(function, index_path, "a shard must be a relative file name, got '" + shard + "'");
   for (const fs::path& part : relative)
-    if (part == "..") index_fail(index_path, "a shard must lie inside the index's directory, got '" + shard + "'");
-  return fs::path(index_path).parent_path() / relative;
+    if (part == "..")
+      index_fail(function, index_path, "a shard must lie inside the index's directory, got '" + shard + "'");
+}
+
+inline std::vector<checkpoint_index_entry> parse_checkpoint_index(const char* text, std::size_t size,
+                                                                  const std::string& source, const char* function) {
+  const auto index = nlohmann::json::parse(text, text + size, nullptr, false);
+  if (index.is_discarded()) index_fail(function, source, "it is not valid JSON");
+  if (!index.is_object()) index_fail(function, source, "it must be a JSON object");
+  const auto map = index.find("weight_map");
+  if (map == index.end() || !map->is_object())
+    index_fail(function, source, "it must have a \"weight_map\" object (tensor name to shard file)");
+  if (map->empty()) index_fail(function, source, "\"weight_map\" is empty");
+  std::vector<checkpoint_index_entry> entries;
+  entries.reserve(map->size());
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    if (!it.value().is_string())
+      index_fail(function, source, "\"weight_map\" must map names to file names, but '" + it.key() + "' does not");
+    checkpoint_index_entry entry{it.key(), it.value().get<std::string>()};
+    check_shard_name(function, source, entry.shard);
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+/// Whether something exists at `path` (a link that leads nowhere counts: it is there, and broken).
+inline bool path_is_taken(const std::filesystem::path& path) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::symlink_status(path, ec);
+  return !ec && std::filesystem::exists(status);
 }
 
 }  // namespace detail
 
+/// Parses the text of a checkpoint index (model.safetensors.index.json): a JSON object whose "weight_map"
+/// object maps each tensor name to the shard file holding it, a relative name inside the index's directory
+/// (no absolute path, no ".." component). Other keys ("metadata") are ignored. The entries come in name
+/// order. Any other text is an io_error naming `source`; no file is opened.
+inline std::vector<checkpoint_index_entry> parse_checkpoint_index(const std::string& text,
+                                                                  const std::string& source = "<memory>") {
+  return detail::parse_checkpoint_index(text.data(), text.size(), source, "parse_checkpoint_index");
+}
+
 /// Opens a checkpoint: a directory (its model.safetensors.index.json, else its model.safetensors), an
-/// index file (*.index.json), or one .safetensors file. An index must be a JSON object whose "weight_map"
-/// maps tensor names to shard file names (relative, inside the index's directory), and every tensor it
-/// names must be in that shard; tensors a shard holds beyond its weight_map entries are ignored, as
-/// Hugging Face's loaders ignore them. Every failure is an io_error naming the file.
+/// index file (*.index.json), or one .safetensors file. Every file must be a regular file: a FIFO, a device
+/// or a directory in its place is an io_error, and a model.safetensors.index.json that exists but is not a
+/// regular file is one too, not taken for absent. The index is at most text_file_limit (64 MiB) and is
+/// parsed as parse_checkpoint_index does; every tensor it names must be in its shard; tensors a shard holds
+/// beyond its weight_map entries are ignored, as Hugging Face's loaders ignore them. Every failure is an
+/// io_error naming the file.
 inline safetensors_checkpoint open_safetensors_checkpoint(const std::string& path) {
   namespace fs = std::filesystem;
+  constexpr const char* function = "open_safetensors_checkpoint";
   std::error_code ec;
   std::string file = path;
   if (fs::is_directory(path, ec)) {
     const fs::path index = fs::path(path) / "model.safetensors.index.json";
     const fs::path single = fs::path(path) / "model.safetensors";
-    if (fs::exists(index, ec)) {
-      file = index.string();
-    } else if (fs::exists(single, ec)) {
+    if (detail::path_is_taken(index)) {
+      file = index.string();  // read as an index whatever it is: a FIFO or a directory there is an error
+    } else if (detail::path_is_taken(single)) {
       file = single.string();
     } else {
-      MOECOMP_FAIL(error_kind::io_error, "open_safetensors_checkpoint: the directory '", path,
+      MOECOMP_FAIL(error_kind::io_error, function, ": the directory '", path,
                    "' has neither model.safetensors.index.json nor model.safetensors");
     }
   }
@@ -526,29 +585,25 @@ inline safetensors_checkpoint open_safetensors_checkpoint(const std::string& pat
     return checkpoint;
   }
   checkpoint.sharded_ = true;
-  const detail::mapped_file bytes(file, "open_safetensors_checkpoint");
-  const auto index = nlohmann::json::parse(bytes.data(), bytes.data() + bytes.size(), nullptr, false);
-  if (index.is_discarded()) detail::index_fail(file, "it is not valid JSON");
-  if (!index.is_object()) detail::index_fail(file, "it must be a JSON object");
-  const auto map = index.find("weight_map");
-  if (map == index.end() || !map->is_object())
-    detail::index_fail(file, "it must have a \"weight_map\" object (tensor name to shard file)");
-  std::map<std::string, std::size_t> shard_of_file;
-  for (auto it = map->begin(); it != map->end(); ++it) {
-    if (!it.value().is_string())
-      detail::index_fail(file, "\"weight_map\" must map names to file names, but '" + it.key() + "' does not");
-    const std::string shard = it.value().get<std::string>();
-    auto found = shard_of_file.find(shard);
-    if (found == shard_of_file.end()) {
-      checkpoint.shards_.push_back(read_safetensors(detail::shard_path(file, shard).string()));
-      found = shard_of_file.emplace(shard, checkpoint.shards_.size() - 1).first;
-    }
-    if (!checkpoint.shards_[found->second].contains(it.key()))
-      detail::index_fail(file, "\"weight_map\" places '" + it.key() + "' in '" + shard + "', which does not hold it");
-    checkpoint.where_.emplace(it.key(), found->second);
-    checkpoint.names_.push_back(it.key());
+  std::vector<checkpoint_index_entry> entries;
+  {
+    moecomp::detail::input_file index_file(file, function, text_file_limit);
+    const std::string text = index_file.read_all<std::string>();
+    entries = detail::parse_checkpoint_index(text.data(), text.size(), file, function);
   }
-  if (checkpoint.shards_.empty()) detail::index_fail(file, "\"weight_map\" is empty");
+  std::map<std::string, std::size_t> shard_of_file;
+  for (const checkpoint_index_entry& entry : entries) {
+    auto found = shard_of_file.find(entry.shard);
+    if (found == shard_of_file.end()) {
+      checkpoint.shards_.push_back(read_safetensors((fs::path(file).parent_path() / entry.shard).string()));
+      found = shard_of_file.emplace(entry.shard, checkpoint.shards_.size() - 1).first;
+    }
+    if (!checkpoint.shards_[found->second].contains(entry.tensor))
+      detail::index_fail(function, file, "\"weight_map\" places '" + entry.tensor + "' in '" + entry.shard +
+                                             "', which does not hold it");
+    checkpoint.where_.emplace(entry.tensor, found->second);
+    checkpoint.names_.push_back(entry.tensor);
+  }
   std::sort(checkpoint.names_.begin(), checkpoint.names_.end());
   return checkpoint;
 }

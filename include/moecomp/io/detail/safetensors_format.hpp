@@ -5,6 +5,7 @@
 // puts out. Everything here reports a malformed file through MOECOMP_FAIL(io_error) with a message that
 // names the file and the rule it breaks.
 #include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/detail/input_file.hpp>
 #include <moecomp/core/detail/little_endian.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
@@ -420,47 +421,26 @@ class mapped_file {
  public:
   mapped_file() = default;
   mapped_file(const std::string& path, const char* function) {
+    moecomp::detail::input_file file(path, function);  // a regular file, or an io_error
 #if MOECOMP_SAFETENSORS_MMAP
-    errno = 0;
-    const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (descriptor < 0) fail_open(path, function, errno);
-    struct stat status {};
-    if (::fstat(descriptor, &status) != 0) {
-      const int code = errno;
-      ::close(descriptor);
-      fail_open(path, function, code);
-    }
-    if (!S_ISREG(status.st_mode)) {
-      ::close(descriptor);
-      MOECOMP_FAIL(error_kind::io_error, function, ": cannot read '", path, "': it is not a regular file");
-    }
-    size_ = static_cast<std::uint64_t>(status.st_size);
+    size_ = file.size();
+    if (size_ > static_cast<std::uint64_t>(std::numeric_limits<std::size_t>::max()))
+      MOECOMP_FAIL(error_kind::io_error, function, ": cannot map '", path, "' into memory: it is ", size_,
+                   " bytes, more than this machine can address");
     if (size_ > 0) {
-      void* address = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_PRIVATE, descriptor, 0);
+      errno = 0;
+      void* address =
+          ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_PRIVATE, file.descriptor(), 0);
       const int code = errno;
-      ::close(descriptor);  // the mapping keeps the file
-      if (address == MAP_FAILED)
+      if (address == MAP_FAILED) {
+        size_ = 0;
         MOECOMP_FAIL(error_kind::io_error, function, ": cannot map '", path, "' into memory: ", std::strerror(code));
-      data_ = static_cast<const unsigned char*>(address);
+      }
+      data_ = static_cast<const unsigned char*>(address);  // the mapping keeps the file once it is closed
       mapped_ = true;
-    } else {
-      ::close(descriptor);
     }
 #else
-    errno = 0;
-    std::FILE* file = std::fopen(path.c_str(), "rb");
-    if (file == nullptr) fail_open(path, function, errno);
-    std::vector<unsigned char> bytes;
-    unsigned char chunk[1 << 16];
-    for (;;) {
-      const std::size_t got = std::fread(chunk, 1, sizeof chunk, file);
-      bytes.insert(bytes.end(), chunk, chunk + got);
-      if (got < sizeof chunk) break;
-    }
-    const bool failed = std::ferror(file) != 0;
-    std::fclose(file);
-    if (failed) MOECOMP_FAIL(error_kind::io_error, function, ": cannot read '", path, "': read error");
-    owned_ = std::move(bytes);
+    owned_ = file.read_all<std::vector<unsigned char>>();
     data_ = owned_.data();
     size_ = owned_.size();
 #endif
@@ -505,10 +485,6 @@ class mapped_file {
   }
 
  private:
-  [[noreturn]] static void fail_open(const std::string& path, const char* function, int code) {
-    MOECOMP_FAIL(error_kind::io_error, function, ": cannot open '", path, "': ",
-                 code != 0 ? std::strerror(code) : "unknown error");
-  }
   void take(mapped_file& other) noexcept {
     owned_ = std::move(other.owned_);  // a vector's move keeps its buffer's address
     data_ = other.data_;
@@ -560,6 +536,44 @@ inline double load_as_double(safetensors_dtype dtype, const unsigned char* p) no
   }
   return 0.0;
 }
+
+/// The index of the first of `count` words U at `data` whose bits under `mask` are all ones, or `count`.
+template <class U>
+std::size_t first_with_bits(const unsigned char* data, std::size_t count, U mask) noexcept {
+  constexpr std::size_t block = 1024;  // count a block without branching (vectorises), then look inside it
+  for (std::size_t first = 0; first < count; first += block) {
+    const std::size_t last = std::min(count, first + block);
+    std::size_t hits = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      U u;
+      std::memcpy(&u, data + i * sizeof(U), sizeof(U));
+      hits += static_cast<std::size_t>((u & mask) == mask);
+    }
+    if (hits == 0) continue;
+    for (std::size_t i = first; i < last; ++i) {
+      U u;
+      std::memcpy(&u, data + i * sizeof(U), sizeof(U));
+      if ((u & mask) == mask) return i;
+    }
+  }
+  return count;
+}
+
+/// The index of the first of `count` elements of `dtype` at `data` that is a NaN or an infinity, or
+/// `count` when every one is finite (always, for integer and boolean dtypes). It reads the exponent bits
+/// (all ones: not finite; F8_E4M3 has no infinity and its NaN is S.1111.111), without converting.
+inline std::size_t first_non_finite(safetensors_dtype dtype, const unsigned char* data, std::size_t count) noexcept {
+  switch (dtype) {
+    case safetensors_dtype::f64: return first_with_bits<std::uint64_t>(data, count, 0x7ff0000000000000ull);
+    case safetensors_dtype::f32: return first_with_bits<std::uint32_t>(data, count, 0x7f800000u);
+    case safetensors_dtype::f16: return first_with_bits<std::uint16_t>(data, count, 0x7c00u);
+    case safetensors_dtype::bf16: return first_with_bits<std::uint16_t>(data, count, 0x7f80u);
+    case safetensors_dtype::f8_e5m2: return first_with_bits<std::uint8_t>(data, count, 0x7cu);
+    case safetensors_dtype::f8_e4m3: return first_with_bits<std::uint8_t>(data, count, 0x7fu);
+    default: return count;
+  }
+}
+
 
 /// `count` elements of `dtype` from `source` (any alignment) converted to T (float, double, bfloat16,
 /// half). Floating-point sources convert exactly where T holds the value and round to nearest even
