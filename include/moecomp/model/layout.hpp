@@ -19,6 +19,7 @@
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/input_file.hpp>
 #include <moecomp/gating/routing_types.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout_types.hpp>
@@ -26,8 +27,11 @@
 #include <moecomp/model/detail/layout_parse.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,21 +47,12 @@ inline checkpoint_layout parse_checkpoint_layout(const std::string& text, const 
   return detail::parse_layout(text, source);
 }
 
-/// The whole text of a file; io_error naming it when it cannot be read.
-inline std::string read_text_file(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) MOECOMP_FAIL(error_kind::io_error, "read_text_file: cannot open '", path, "'");
-  std::string text;
-  char chunk[1 << 14];
-  for (;;) {
-    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file);
-    text.append(chunk, got);
-    if (got < sizeof chunk) break;
-  }
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) MOECOMP_FAIL(error_kind::io_error, "read_text_file: cannot read '", path, "'");
-  return text;
+/// The whole text of a regular file of at most `limit` bytes (config.json, layout files): io_error naming
+/// the path when it cannot be opened or read, when it is not a regular file (a FIFO, a device or a
+/// directory is refused before anything is read) and when it is larger than `limit`.
+inline std::string read_text_file(const std::string& path, std::uint64_t limit = io::text_file_limit) {
+  moecomp::detail::input_file file(path, "read_text_file", limit);
+  return file.read_all<std::string>();
 }
 
 /// Every *.json of `directory`, parsed, in file-name order. io_error when the directory has none.
@@ -357,6 +352,46 @@ inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const n
   return m;
 }
 
+/// "nan", "inf", "-inf" or the value: how messages name an element.
+inline std::string describe_value(double value) {
+  if (value != value) return "nan";
+  if (value == std::numeric_limits<double>::infinity()) return "inf";
+  if (value == -std::numeric_limits<double>::infinity()) return "-inf";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  return text;
+}
+
+/// "(i, j, k)": the C-order position of flat element `flat` of a tensor of `shape`.
+inline std::string element_position(const std::vector<index_t>& shape, index_t index) {
+  auto flat = static_cast<std::uint64_t>(index);
+  std::vector<std::uint64_t> at(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const auto extent = static_cast<std::uint64_t>(shape[d]);
+    at[d] = extent == 0 ? 0 : flat % extent;
+    flat = extent == 0 ? 0 : flat / extent;
+  }
+  std::string text = "(";
+  for (std::size_t d = 0; d < at.size(); ++d) text += (d ? ", " : "") + std::to_string(at[d]);
+  return text + ")";
+}
+
+/// Element `index` of `t` as double (exact for every floating dtype).
+inline double element_value(const io::safetensors_tensor& t, index_t index) {
+  double value = 0;
+  t.convert_into(&value, 1, index);
+  return value;
+}
+
+/// io_error naming `function`, the tensor and the element when tensor `name` holds a NaN or an infinity.
+inline void check_finite(const io::safetensors_checkpoint& c, const std::string& name, const char* function) {
+  const io::safetensors_tensor t = c.tensor(name);
+  const index_t bad = t.find_non_finite();
+  if (bad < 0) return;
+  MOECOMP_FAIL(error_kind::io_error, function, ": tensor '", name, "' element ", element_position(t.shape(), bad), " is ",
+               describe_value(element_value(t, bad)), "; the weights moecomp loads must be finite");
+}
+
 }  // namespace detail
 
 /// Resolves a checkpoint: the layout of config.json's model_type whose tensors the checkpoint has, and every
@@ -518,13 +553,16 @@ struct dense_ffn_weights {
 };
 
 /// Reads dense layer `index` (0 .. model.layers.size() - 1) of a checkpoint described by describe_dense_model,
-/// converting to W (float, double, bfloat16 or half); exactly that layer's bytes.
+/// converting to W (float, double, bfloat16 or half); exactly that layer's bytes. Every weight must be finite:
+/// a NaN or an infinity in the file is an io_error naming the tensor and the element
+/// ("load_dense_ffn: tensor 'model.layers.0.mlp.up_proj.weight' element (5, 7) is nan; ...").
 template <class W>
 dense_ffn_weights<W> load_dense_ffn(const io::safetensors_checkpoint& checkpoint, const dense_model& model, index_t index) {
   static_assert(moecomp::detail::is_weight_type_v<W>, "load_dense_ffn: W must be float, double, bfloat16 or half");
   MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "load_dense_ffn: index must be in [0, ",
                   model.layers.size(), "), got ", index);
   const dense_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  for (const std::string& name : n.tensor_names()) detail::check_finite(checkpoint, name, "load_dense_ffn");
   dense_ffn_weights<W> w;
   w.d_model = model.hidden_size;
   w.d_ff = model.ffn_size;
@@ -603,13 +641,18 @@ struct moe_layer_weights {
 
 /// Reads MoE layer `index` (0 .. model.layers.size() - 1) of a checkpoint described by describe_moe_model,
 /// converting every tensor to W (float, double, bfloat16 or half; the router to float). It reads exactly
-/// that layer's bytes: one layer's experts in memory at a time.
+/// that layer's bytes: one layer's experts in memory at a time. Every tensor of the layer (experts, fused
+/// stacks, router and its biases, shared expert) must be finite as the file stores it: a NaN or an infinity
+/// is an io_error naming the tensor and the element, checked before anything is converted
+/// ("load_moe_layer: tensor '...experts.3.w1.weight' element (5, 7) is nan; the weights moecomp loads must be
+/// finite"). A finite value beyond W's range (above 65504 for half) still rounds to infinity.
 template <class W>
 moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
   static_assert(moecomp::detail::is_weight_type_v<W>, "load_moe_layer: W must be float, double, bfloat16 or half");
   MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "load_moe_layer: index must be in [0, ",
                   model.layers.size(), "), got ", index);
   const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  for (const std::string& name : n.tensor_names()) detail::check_finite(checkpoint, name, "load_moe_layer");
   moe_layer_weights<W> w;
   w.experts = model.num_experts;
   w.d_model = model.hidden_size;
@@ -646,6 +689,40 @@ moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint
     if (!n.shared_gate_weight.empty()) w.shared_gate = checkpoint.tensor(n.shared_gate_weight).to_vector<float>();
   }
   return w;
+}
+
+/// Calibration tokens for one layer: tensor `key` of `file`, T x `hidden` (T >= 1 tokens of the layer's
+/// input), of a floating dtype (F32, F64, F16 or BF16), every value finite, converted to float. The tensor's
+/// pages are released from the resident set afterwards (safetensors_file::release), so that reading the
+/// layers one by one keeps one layer's tokens in memory. io_error naming the key and the file when the
+/// tensor is missing, has another dtype or shape, or holds a NaN, an infinity or (from F64) a value float
+/// cannot hold; invalid_argument when hidden < 1.
+inline host_matrix<float> read_calibration_tokens(const io::safetensors_file& file, const std::string& key,
+                                                  index_t hidden) {
+  constexpr const char* fn = "read_calibration_tokens";
+  MOECOMP_EXPECTS(hidden >= 1, fn, ": hidden must be at least 1, got ", hidden);
+  if (!file.contains(key))
+    MOECOMP_FAIL(error_kind::io_error, fn, ": '", file.source(), "' has no tensor '", key, "'");
+  const io::safetensors_tensor t = file.tensor(key);
+  const io::safetensors_dtype dtype = t.dtype();
+  if (dtype != io::safetensors_dtype::f32 && dtype != io::safetensors_dtype::f64 &&
+      dtype != io::safetensors_dtype::f16 && dtype != io::safetensors_dtype::bf16)
+    MOECOMP_FAIL(error_kind::io_error, fn, ": tensor '", key, "' of '", file.source(), "' is ", io::to_string(dtype),
+                 "; calibration tokens must be F32, F64, F16 or BF16");
+  if (t.ndim() != 2 || t.shape()[0] < 1 || t.shape()[1] != hidden)
+    MOECOMP_FAIL(error_kind::io_error, fn, ": tensor '", key, "' of '", file.source(), "' must be T x ", hidden,
+                 " (tokens x hidden size, T >= 1), got ", detail::shape_text(t.shape()));
+  host_matrix<float> x = t.to_matrix<float>();
+  file.release(key);
+  const float* values = x.data();
+  for (index_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(values[i])) {
+      const double stored = detail::element_value(t, i);
+      MOECOMP_FAIL(error_kind::io_error, fn, ": tensor '", key, "' of '", file.source(), "' element ",
+                   detail::element_position(t.shape(), i), " is ", detail::describe_value(stored),
+                   std::isfinite(stored) ? ", beyond float's range" : "", "; calibration tokens must be finite");
+    }
+  return x;
 }
 
 }  // namespace model
