@@ -12,11 +12,13 @@
 #include <doctest/doctest.h>
 
 #include "test_files.hpp"
+#include "test_special_files.hpp"
 #include "test_support.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -630,4 +632,170 @@ with torch.no_grad():
     }
     CHECK_MESSAGE(worst <= 1e-5 * scale, "layer " << layer << ": max |moecomp - torch| " << worst << " of " << scale);
   }
+}
+
+TEST_CASE("layouts: read_text_file reads regular files only, up to its limit") {
+  temp_dir dir("layout_text_special");
+  using moecomp_test::io_error_within;
+  auto starts = [](const std::string& text, const std::string& start) { return text.find(start) == 0; };
+  const std::string fifo = dir.file("config.json");
+  if (moecomp_test::make_fifo(fifo)) {
+    const std::string m = io_error_within([fifo] { model::read_text_file(fifo); }, fifo);
+    CHECK_MESSAGE(starts(m, "read_text_file: cannot read '" + fifo + "': it is a FIFO, not a regular file"), m);
+    // describe's usual caller: a FIFO as config.json of a checkpoint directory fails the same way.
+    std::filesystem::remove(fifo);
+  }
+  const std::string d = dir.path.string();
+  const std::string m = io_error_within([d] { model::read_text_file(d); });
+  CHECK_MESSAGE(starts(m, "read_text_file: cannot read '" + d + "': it is a directory, not a regular file"), m);
+  if (moecomp_test::have_dev_zero()) {
+    const std::string zero = io_error_within([] { model::read_text_file("/dev/zero"); });
+    CHECK_MESSAGE(starts(zero, "read_text_file: cannot read '/dev/zero': it is a character device"), zero);
+  }
+  write_file(dir.file("config.json"), "0123456789");
+  CHECK(model::read_text_file(dir.file("config.json"), 10) == "0123456789");
+  const std::string path = dir.file("config.json");
+  const std::string big = io_error_within([path] { model::read_text_file(path, 9); });
+  CHECK_MESSAGE(starts(big, "read_text_file: cannot read '" + path + "': the file is 10 bytes, larger than the "
+                            "9-byte limit"),
+                big);
+  const std::string missing = io_error_within([&dir] { model::read_text_file(dir.file("nothere.json")); });
+  CHECK_MESSAGE(starts(missing, "read_text_file: cannot open '" + dir.file("nothere.json") + "': No such file"), missing);
+  CHECK(io::text_file_limit == 64u << 20);
+}
+
+TEST_CASE("layouts: a NaN or an infinity in a layer's weights is an io_error naming the tensor and the element") {
+  temp_dir dir("layout_nonfinite");
+  const std::string config = R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 4,
+      "num_experts_per_tok": 2, "hidden_size": 8, "intermediate_size": 6, "hidden_act": "silu"})";
+  auto load_error = [&](synthetic_checkpoint& s) {
+    s.write(dir, config);
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    const model::moe_model m = model::describe_moe_model(repository_layouts(), config, c);
+    try {
+      (void)model::load_moe_layer<float>(c, m, 0);
+    } catch (const moecomp::io_error& e) {
+      return std::string(e.what());
+    }
+    FAIL_CHECK("expected an io_error");
+    return std::string();
+  };
+  const std::string p = "model.layers.0.block_sparse_moe.";
+  for (const auto dtype : {io::safetensors_dtype::f32, io::safetensors_dtype::bf16}) {
+    CAPTURE(io::to_string(dtype));
+    {
+      synthetic_checkpoint s;
+      s.dtype = dtype;
+      add_mixtral_layer(s, 0, 4, 6, 8);
+      s.values[p + "experts.3.w1.weight"][5 * 8 + 7] = std::numeric_limits<float>::quiet_NaN();
+      const std::string m = load_error(s);
+      CHECK_MESSAGE(m == "load_moe_layer: tensor '" + p + "experts.3.w1.weight' element (5, 7) is nan; the weights "
+                         "moecomp loads must be finite",
+                    m);
+    }
+    {
+      synthetic_checkpoint s;
+      s.dtype = dtype;
+      add_mixtral_layer(s, 0, 4, 6, 8);
+      s.values[p + "experts.1.w2.weight"][8 * 6 - 1] = -std::numeric_limits<float>::infinity();
+      const std::string m = load_error(s);
+      CHECK_MESSAGE(contains(m, "tensor '" + p + "experts.1.w2.weight' element (7, 5) is -inf"), m);
+    }
+    {
+      synthetic_checkpoint s;
+      s.dtype = dtype;
+      add_mixtral_layer(s, 0, 4, 6, 8);
+      s.values[p + "gate.weight"][0] = std::numeric_limits<float>::infinity();
+      const std::string m = load_error(s);
+      CHECK_MESSAGE(contains(m, "tensor '" + p + "gate.weight' element (0, 0) is inf"), m);
+    }
+  }
+  SUBCASE("fused 3-D stacks") {
+    synthetic_checkpoint s;
+    s.add("model.layers.0.mlp.gate.weight", {4, 8});
+    s.add("model.layers.0.mlp.experts.gate_up_proj", {4, 12, 8});
+    s.add("model.layers.0.mlp.experts.down_proj", {4, 8, 6});
+    s.values["model.layers.0.mlp.experts.gate_up_proj"][(2 * 12 + 9) * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
+    const std::string m = load_error(s);
+    CHECK_MESSAGE(contains(m, "load_moe_layer: tensor 'model.layers.0.mlp.experts.gate_up_proj' element (2, 9, 3) is nan"),
+                  m);
+  }
+  SUBCASE("the dense loader") {
+    synthetic_checkpoint s;
+    s.add("model.layers.0.mlp.gate_proj.weight", {6, 8});
+    s.add("model.layers.0.mlp.up_proj.weight", {6, 8});
+    s.add("model.layers.0.mlp.down_proj.weight", {8, 6});
+    s.values["model.layers.0.mlp.up_proj.weight"][5 * 8 + 7] = std::numeric_limits<float>::quiet_NaN();
+    const std::string dense = R"({"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8,
+        "intermediate_size": 6, "hidden_act": "silu"})";
+    s.write(dir, dense);
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    const model::dense_model m = model::describe_dense_model(repository_layouts(), dense, c);
+    std::string message;
+    try {
+      (void)model::load_dense_ffn<float>(c, m, 0);
+    } catch (const moecomp::io_error& e) {
+      message = e.what();
+    }
+    CHECK_MESSAGE(message == "load_dense_ffn: tensor 'model.layers.0.mlp.up_proj.weight' element (5, 7) is nan; the "
+                             "weights moecomp loads must be finite",
+                  message);
+  }
+}
+
+TEST_CASE("layouts: read_calibration_tokens reads a T x hidden float tensor, finite, or names the problem") {
+  const std::vector<float> f32 = {1.0f, -2.5f, 3.25f, 0.0f, 1e30f, -7.0f};  // 2 x 3
+  std::vector<bfloat16> bf16;
+  for (float x : {0.5f, -1.0f, 3.0f, 1024.0f, -0.125f, 2.0f}) bf16.push_back(bfloat16(x));
+  const std::vector<double> f64 = {1.0, 2.0, 1e300, 4.0, 5.0, 6.0};
+  const std::vector<std::int32_t> i32 = {1, 2, 3, 4, 5, 6};
+  std::vector<float> nan = f32;
+  nan[4] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<moecomp::half> f16;
+  for (float x : {1.0f, 2.0f, 3.0f}) f16.push_back(moecomp::half(x));
+  f16.push_back(moecomp::half::from_bits(0x7c00));  // +inf
+  const std::string bytes = io::serialize_safetensors({
+      {"layers.0.moe_input", io::safetensors_dtype::f32, {2, 3}, f32.data()},
+      {"layers.1.moe_input", io::safetensors_dtype::bf16, {2, 3}, bf16.data()},
+      {"i32", io::safetensors_dtype::i32, {2, 3}, i32.data()},
+      {"flat", io::safetensors_dtype::f32, {6}, f32.data()},
+      {"wide", io::safetensors_dtype::f32, {3, 2}, f32.data()},
+      {"none", io::safetensors_dtype::f32, {0, 3}, nullptr},
+      {"nan", io::safetensors_dtype::f32, {2, 3}, nan.data()},
+      {"big", io::safetensors_dtype::f64, {2, 3}, f64.data()},
+      {"inf16", io::safetensors_dtype::f16, {1, 4}, f16.data()},
+  });
+  const io::safetensors_file file = io::parse_safetensors(bytes, "calib.safetensors");
+  const moecomp::host_matrix<float> x = model::read_calibration_tokens(file, "layers.0.moe_input", 3);
+  REQUIRE(x.rows() == 2);
+  REQUIRE(x.cols() == 3);
+  for (index_t k = 0; k < 6; ++k) CHECK(x.data()[k] == f32[static_cast<std::size_t>(k)]);
+  const moecomp::host_matrix<float> y = model::read_calibration_tokens(file, "layers.1.moe_input", 3);
+  REQUIRE(y.rows() == 2);
+  for (index_t k = 0; k < 6; ++k) CHECK(y.data()[k] == static_cast<float>(bf16[static_cast<std::size_t>(k)]));
+
+  auto refused = [&file](const std::string& key, index_t hidden) {
+    try {
+      (void)model::read_calibration_tokens(file, key, hidden);
+    } catch (const moecomp::io_error& e) {
+      return std::string(e.what());
+    }
+    FAIL_CHECK("expected an io_error for " << key);
+    return std::string();
+  };
+  CHECK(refused("layers.2.moe_input", 3) == "read_calibration_tokens: 'calib.safetensors' has no tensor 'layers.2.moe_input'");
+  CHECK(refused("i32", 3) == "read_calibration_tokens: tensor 'i32' of 'calib.safetensors' is I32; calibration tokens "
+                             "must be F32, F64, F16 or BF16");
+  CHECK(refused("flat", 3) == "read_calibration_tokens: tensor 'flat' of 'calib.safetensors' must be T x 3 (tokens x "
+                              "hidden size, T >= 1), got [6]");
+  CHECK(contains(refused("wide", 3), "must be T x 3 (tokens x hidden size, T >= 1), got [3, 2]"));
+  CHECK(contains(refused("layers.0.moe_input", 4), "must be T x 4 (tokens x hidden size, T >= 1), got [2, 3]"));
+  CHECK(contains(refused("none", 3), "got [0, 3]"));
+  CHECK(refused("nan", 3) == "read_calibration_tokens: tensor 'nan' of 'calib.safetensors' element (1, 1) is nan; "
+                             "calibration tokens must be finite");
+  CHECK(refused("big", 3) == "read_calibration_tokens: tensor 'big' of 'calib.safetensors' element (0, 2) is 1e+300, "
+                             "beyond float's range; calibration tokens must be finite");
+  CHECK(contains(refused("inf16", 4), "element (0, 3) is inf; calibration tokens must be finite"));
+  CHECK(contains(moecomp_test::thrown_message([&] { (void)model::read_calibration_tokens(file, "i32", 0); }),
+                 "read_calibration_tokens: hidden must be at least 1, got 0"));
 }

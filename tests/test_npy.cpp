@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "test_files.hpp"
+#include "test_special_files.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -875,4 +876,24 @@ TEST_CASE("npy: a stack of matrices is written as a 3-D array in C order, paddin
   const auto* values = static_cast<const float*>(back.data());
   const float want[] = {0, 1, 2, 4, 5, 6, 10, 11, 12, 14, 15, 16};
   for (index_t k = 0; k < 12; ++k) CHECK(values[k] == want[k]);
+}
+
+TEST_CASE("npy: read_npy reads regular files only: a FIFO, a directory and /dev/zero are refused at once") {
+  const temp_dir dir("npy_special");
+  const std::string fifo = dir.file("X.npy");
+  if (moecomp_test::make_fifo(fifo)) {
+    const std::string message = moecomp_test::io_error_within([fifo] { io::read_npy(fifo); }, fifo);
+    CHECK_MESSAGE(message.find("read_npy: cannot read '" + fifo + "': it is a FIFO, not a regular file") == 0, message);
+  }
+  const std::string directory = dir.path.string();
+  const std::string message = moecomp_test::io_error_within([directory] { io::read_npy(directory); });
+  CHECK_MESSAGE(message.find("read_npy: cannot read '" + directory + "': it is a directory, not a regular file") == 0,
+                message);
+  if (moecomp_test::have_dev_zero()) {
+    const std::string zero = moecomp_test::io_error_within([] { io::read_npy("/dev/zero"); });
+    CHECK_MESSAGE(zero.find("read_npy: cannot read '/dev/zero': it is a character device, not a regular file") == 0,
+                  zero);
+  }
+  const std::string missing = moecomp_test::io_error_within([&dir] { io::read_npy(dir.file("missing.npy")); });
+  CHECK_MESSAGE(missing.find("read_npy: cannot open '" + dir.file("missing.npy") + "': ") == 0, missing);
 }

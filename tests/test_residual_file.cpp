@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include "test_special_files.hpp"
 #include "test_support.hpp"
 
 #include <cstdint>
@@ -251,4 +252,21 @@ TEST_CASE("mutated files parse into a valid matrix or are refused with io_error"
   MESSAGE("accepted " << accepted << ", refused " << refused);
   CHECK(refused > 0);
   CHECK(accepted > 0);
+}
+
+TEST_CASE("residual file: read_residual reads regular files only: a FIFO, a directory and /dev/zero are refused at once") {
+  const moecomp_test::temp_dir dir("residual_special");
+  const std::string fifo = dir.file("r.residual");
+  if (moecomp_test::make_fifo(fifo)) {
+    const std::string message = moecomp_test::io_error_within([fifo] { io::read_residual(fifo); }, fifo);
+    CHECK_MESSAGE(message.find("read_residual: cannot read '" + fifo + "': it is a FIFO, not a regular file") == 0,
+                  message);
+  }
+  const std::string directory = dir.path.string();
+  const std::string message = moecomp_test::io_error_within([directory] { io::read_residual(directory); });
+  CHECK_MESSAGE(message.find("read_residual: cannot read '" + directory + "': it is a directory") == 0, message);
+  if (moecomp_test::have_dev_zero()) {
+    const std::string zero = moecomp_test::io_error_within([] { io::read_residual("/dev/zero"); });
+    CHECK_MESSAGE(zero.find("read_residual: cannot read '/dev/zero': it is a character device") == 0, zero);
+  }
 }

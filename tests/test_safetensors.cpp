@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "test_files.hpp"
+#include "test_special_files.hpp"
 #include "test_support.hpp"
 
 #include <cmath>
@@ -401,7 +402,7 @@ TEST_CASE("safetensors: files on disk are mapped; a failed write leaves nothing 
       io::read_safetensors(dir.path.string());
       FAIL("expected an io_error");
     } catch (const moecomp::io_error& e) {
-      CHECK(contains(e.what(), "it is not a regular file"));
+      CHECK(contains(e.what(), "it is a directory, not a regular file"));
     }
     write_file(dir.file("short.safetensors"), "abc");
     try {
@@ -561,6 +562,98 @@ TEST_CASE("safetensors: sharded checkpoints are written shard by shard and read 
       CHECK(contains(e.what(), "has neither model.safetensors.index.json nor model.safetensors"));
     }
   }
+}
+
+TEST_CASE("safetensors: only regular files are read: a FIFO, a directory or a device fails at once with io_error") {
+  using moecomp_test::io_error_within;
+  temp_dir dir("safetensors_special");
+  const std::vector<float> a = counting<float>(6, 0.25, -1.0);
+  auto starts = [](const std::string& text, const std::string& start) { return text.find(start) == 0; };
+
+  SUBCASE("read_safetensors") {
+    const std::string fifo = dir.file("model.safetensors");
+    if (moecomp_test::make_fifo(fifo)) {
+      const std::string m = io_error_within([fifo] { io::read_safetensors(fifo); }, fifo);
+      CHECK_MESSAGE(starts(m, "read_safetensors: cannot read '" + fifo + "': it is a FIFO, not a regular file"), m);
+    }
+    if (moecomp_test::have_dev_zero()) {
+      const std::string m = io_error_within([] { io::read_safetensors("/dev/zero"); });
+      CHECK_MESSAGE(starts(m, "read_safetensors: cannot read '/dev/zero': it is a character device"), m);
+    }
+  }
+  SUBCASE("a FIFO as model.safetensors of a checkpoint directory") {
+    const std::string fifo = dir.file("model.safetensors");
+    if (moecomp_test::make_fifo(fifo)) {
+      const std::string d = dir.path.string();
+      const std::string m = io_error_within([d] { io::open_safetensors_checkpoint(d); }, fifo);
+      CHECK_MESSAGE(starts(m, "read_safetensors: cannot read '" + fifo + "': it is a FIFO"), m);
+    }
+  }
+  SUBCASE("a FIFO or a directory as model.safetensors.index.json is an error, not an absent index") {
+    io::write_safetensors(dir.file("model.safetensors"), {{"w", io::safetensors_dtype::f32, {6}, a.data()}});
+    const std::string index = dir.file("model.safetensors.index.json");
+    const std::string d = dir.path.string();
+    if (moecomp_test::make_fifo(index)) {
+      const std::string m = io_error_within([d] { io::open_safetensors_checkpoint(d); }, index);
+      CHECK_MESSAGE(starts(m, "open_safetensors_checkpoint: cannot read '" + index + "': it is a FIFO"), m);
+      const std::string direct = io_error_within([index] { io::open_safetensors_checkpoint(index); }, index);
+      CHECK_MESSAGE(starts(direct, "open_safetensors_checkpoint: cannot read '" + index + "': it is a FIFO"), direct);
+      fs::remove(index);
+    }
+    fs::create_directory(index);
+    const std::string m = io_error_within([d] { io::open_safetensors_checkpoint(d); });
+    CHECK_MESSAGE(starts(m, "open_safetensors_checkpoint: cannot read '" + index + "': it is a directory"), m);
+    fs::remove(index);
+    CHECK_FALSE(io::open_safetensors_checkpoint(d).sharded());  // with the name free, the single file is read
+  }
+  SUBCASE("an index larger than text_file_limit is refused before it is read") {
+    const std::string index = dir.file("model.safetensors.index.json");
+    write_file(index, "{}");
+    fs::resize_file(index, io::text_file_limit + 1);  // sparse: no disk is used
+    const std::string d = dir.path.string();
+    const std::string m = io_error_within([d] { io::open_safetensors_checkpoint(d); });
+    CHECK_MESSAGE(starts(m, "open_safetensors_checkpoint: cannot read '" + index + "': the file is 67108865 bytes, "
+                            "larger than the 67108864-byte limit"),
+                  m);
+  }
+  SUBCASE("a shard that is a FIFO") {
+    const std::string shard = dir.file("model-00001-of-00001.safetensors");
+    if (moecomp_test::make_fifo(shard)) {
+      write_file(dir.file("model.safetensors.index.json"),
+                 R"({"weight_map": {"w": "model-00001-of-00001.safetensors"}})");
+      const std::string d = dir.path.string();
+      const std::string m = io_error_within([d] { io::open_safetensors_checkpoint(d); }, shard);
+      CHECK_MESSAGE(starts(m, "read_safetensors: cannot read '" + shard + "': it is a FIFO"), m);
+    }
+  }
+}
+
+TEST_CASE("safetensors: parse_checkpoint_index reads an index's text, in memory") {
+  const auto entries = io::parse_checkpoint_index(
+      R"({"metadata": {"total_size": 56}, "weight_map": {"b": "s-2.safetensors", "a": "s-1.safetensors", "c": "d/s-1.safetensors"}})",
+      "idx.json");
+  REQUIRE(entries.size() == 3);
+  CHECK(entries[0].tensor == "a");
+  CHECK(entries[0].shard == "s-1.safetensors");
+  CHECK(entries[1].tensor == "b");
+  CHECK(entries[2].shard == "d/s-1.safetensors");
+  auto refused = [](const std::string& text) {
+    try {
+      io::parse_checkpoint_index(text, "idx.json");
+    } catch (const moecomp::io_error& e) {
+      return std::string(e.what());
+    }
+    FAIL_CHECK("expected an io_error for " << text);
+    return std::string();
+  };
+  CHECK(contains(refused("{"), "parse_checkpoint_index: 'idx.json' is not a valid checkpoint index: it is not valid JSON"));
+  CHECK(contains(refused(""), "it is not valid JSON"));
+  CHECK(contains(refused("[]"), "it must be a JSON object"));
+  CHECK(contains(refused(R"({"weight_map": []})"), "it must have a \"weight_map\" object"));
+  CHECK(contains(refused(R"({"weight_map": {}})"), "\"weight_map\" is empty"));
+  CHECK(contains(refused(R"({"weight_map": {"w": null}})"), "but 'w' does not"));
+  CHECK(contains(refused(R"({"weight_map": {"w": ""}})"), "a shard must be a relative file name, got ''"));
+  CHECK(contains(refused(R"({"weight_map": {"w": "a/../../x"}})"), "a shard must lie inside the index's directory"));
 }
 
 // A deterministic mutation fuzzer (the libFuzzer version is fuzz/safetensors_fuzzer.cpp): every mutated
