@@ -799,3 +799,28 @@ TEST_CASE("layouts: read_calibration_tokens reads a T x hidden float tensor, fin
   CHECK(contains(moecomp_test::thrown_message([&] { (void)model::read_calibration_tokens(file, "i32", 0); }),
                  "read_calibration_tokens: hidden must be at least 1, got 0"));
 }
+
+TEST_CASE("layouts: numbers in a config that no checkpoint can match are refused at once, not looped over") {
+  temp_dir dir("layout_huge");
+  synthetic_checkpoint s;
+  add_mixtral_layer(s, 0, 2, 3, 4);
+  s.write(dir, "{}");
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  auto error = [&](const std::string& config) {
+    try {
+      (void)model::describe_moe_model(repository_layouts(), config, c);
+    } catch (const moecomp::io_error& e) {
+      return std::string(e.what());
+    }
+    FAIL_CHECK("expected an io_error for " << config);
+    return std::string();
+  };
+  const std::string base = R"("model_type": "mixtral", "num_experts_per_tok": 2, "hidden_size": 4, "hidden_act": "silu")";
+  CHECK(contains(error("{" + base + R"(, "num_hidden_layers": 1, "num_local_experts": 1000000000000, "intermediate_size": 3})"),
+                 "the mixtral layout ('" MOECOMP_LAYOUTS_DIR "/mixtral.json') needs the tensors of 1000000000000 experts per "
+                 "layer, more than the 7 tensors"));
+  CHECK(contains(error("{" + base + R"(, "num_hidden_layers": 1099511627776, "num_local_experts": 2, "intermediate_size": 3})"),
+                 "gives the decoder stack 1099511627776 layers; moecomp reads at most 1048576"));
+  CHECK(contains(error("{" + base + R"(, "num_hidden_layers": 1, "num_local_experts": 2, "intermediate_size": 9223372036854775807})"),
+                 "gives the expert size 9223372036854775807, larger than any tensor"));
+}

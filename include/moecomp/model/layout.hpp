@@ -235,6 +235,9 @@ inline moe_layer_names layer_names(const checkpoint_layout& layout, const layout
   return n;
 }
 
+/// The most layers one stack of a config may give (real models have at most a few hundred).
+inline constexpr index_t max_layers = index_t{1} << 20;
+
 /// Resolves `layout` against a config and a checkpoint; nullopt (with `missing` set) when the checkpoint
 /// lacks one of the layout's required tensors, so that the next layout of the model type can be tried.
 inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const nlohmann::json& config,
@@ -267,17 +270,32 @@ inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const n
   if (read.field("routed_scaling_factor")) m.routed_scaling_factor = read.number("routed_scaling_factor");
   m.gated = layout.fused() || !layout.expert_up.empty();
 
+  // Experts named one by one need tensors of their own: more experts than the checkpoint has tensors cannot
+  // fit it (and would make a name list as long as the config says).
+  const auto tensors = static_cast<index_t>(c.names().size());
+  if (!layout.fused() && m.num_experts > tensors) {
+    missing = "the " + layout.family + " layout ('" + layout.source + "') needs the tensors of " +
+              std::to_string(m.num_experts) + " experts per layer, more than the " + std::to_string(tensors) +
+              " tensors '" + c.source() + "' holds";
+    return std::nullopt;
+  }
   for (const layout_stack& stack : layout.stacks) {
     const index_t count = read.config_integer(stack.layers, -1);
     if (count < 0)
       MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' lacks \"", stack.layers,
                    "\" (the ", layout.family, " layout's layer count of the ", stack.name, " stack)");
+    if (count > max_layers)
+      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' gives the ", stack.name,
+                   " stack ", count, " layers; moecomp reads at most ", max_layers);
     const index_t step = read.config_integer(stack.step, 1);
-    const std::vector<index_t> except = read.config_list(stack.except);
+    std::vector<index_t> except = read.config_list(stack.except);
+    std::sort(except.begin(), except.end());
     const index_t first_dense = read.config_integer(stack.first_dense, 0);
     const index_t frequency = read.config_integer(stack.frequency, 1);
     for (index_t layer = 0; layer < count; ++layer) {
-      if (!is_sparse_layer(stack.rule, layer, step, except, first_dense, frequency)) continue;
+      if (!is_sparse_layer(stack.rule, layer, step, {}, first_dense, frequency) ||
+          (stack.rule == sparse_rule::every_step && std::binary_search(except.begin(), except.end(), layer)))
+        continue;
       moe_layer_names names = layer_names(layout, stack, layer, m.num_experts);
       // The optional names: kept only when the checkpoint has them.
       for (std::string* optional : {&names.router_bias, &names.correction_bias, &names.shared_gate_weight})
@@ -311,6 +329,9 @@ inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const n
                   : first.fused() ? (gate_shape.size() == 3 ? gate_shape[1] / 2 : -1)
                                   : (gate_shape.size() == 2 ? gate_shape[0] : -1);
   const index_t E = m.num_experts, H = m.hidden_size, I = m.expert_size;
+  if (I > std::numeric_limits<index_t>::max() / 2)
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: config '", config_source, "' gives the expert size ", I,
+                 ", larger than any tensor");
   if (first.has_shared_expert()) {
     const auto& shared_shape = c.info(first.shared_gate).shape;
     m.shared_expert_size = shared_shape.size() == 2 ? shared_shape[0] : -1;
@@ -318,10 +339,14 @@ inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const n
       MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", first.shared_gate, "' has ",
                    m.shared_expert_size, " rows, but the config's shared expert size is ",
                    read.integer("shared_expert_size"));
-    if (read.field("shared_experts") && m.shared_expert_size != read.integer("shared_experts") * I)
-      MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", first.shared_gate, "' has ",
-                   m.shared_expert_size, " rows, but the config's ", read.integer("shared_experts"),
-                   " shared experts of ", I, " need ", read.integer("shared_experts") * I);
+    if (read.field("shared_experts")) {
+      const index_t shared = read.integer("shared_experts");
+      const bool too_many = I > 0 && shared > std::numeric_limits<index_t>::max() / I;
+      if (too_many || m.shared_expert_size != shared * I)
+        MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", first.shared_gate, "' has ",
+                     m.shared_expert_size, " rows, but the config's ", shared, " shared experts of ", I, " need ",
+                     too_many ? std::string("more than any tensor holds") : std::to_string(shared * I));
+    }
   }
   for (const moe_layer_names& n : m.layers) {
     expect_shape(c, n.router, {E, H}, "the router");
@@ -489,6 +514,9 @@ inline dense_model describe_dense_model(const std::vector<checkpoint_layout>& la
       if (count < 0)
         MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source, "' lacks \"", stack.layers, "\" (the ",
                      layout.family, " layout's layer count of the ", stack.name, " stack)");
+      if (count > detail::max_layers)
+        MOECOMP_FAIL(error_kind::io_error, fn, ": config '", config_source, "' gives the ", stack.name, " stack ", count,
+                     " layers; moecomp reads at most ", detail::max_layers);
       for (index_t layer = 0; layer < count && why.empty(); ++layer) {
         const std::string prefix = detail::substitute(stack.prefix, "layer", layer);
         dense_layer_names n;
