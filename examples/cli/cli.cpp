@@ -14,17 +14,23 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <sstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sched.h>
 #include <sys/mman.h>
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/resource.h>
-#include <unistd.h>
+#include <sys/syscall.h>
 #endif
 
 namespace moecomp_cli {
@@ -169,15 +175,28 @@ double arguments::number(const std::string& name, double fallback) const {
 }
 
 long long arguments::integer(const std::string& name, long long fallback) const {
+  return integer(name, fallback, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
+}
+
+long long arguments::integer(const std::string& name, long long fallback, long long least, long long most) const {
   const auto v = value(name);
   if (!v) return fallback;
   const std::string& text = *v;
+  // Decimal digits, with a minus sign where negatives are allowed: no '+', spaces, hex, exponent or point.
+  const std::size_t sign = (!text.empty() && text[0] == '-') ? 1 : 0;
+  const bool digits_only = text.size() > sign && text.find_first_not_of("0123456789", sign) == std::string::npos;
+  auto range = [&] {
+    if (least == std::numeric_limits<long long>::min() && most == std::numeric_limits<long long>::max())
+      return std::string("a decimal integer");
+    if (most == std::numeric_limits<long long>::max()) return "a decimal integer >= " + std::to_string(least);
+    return "a decimal integer in [" + std::to_string(least) + ", " + std::to_string(most) + "]";
+  };
+  if (!digits_only) throw usage_error("option " + name + ": expected " + range() + ", got '" + text + "'");
   char* end = nullptr;
   errno = 0;
-  const bool digits_only = plain_decimal(text) && text.find_first_of(".eE") == std::string::npos;
-  const long long x = digits_only ? std::strtoll(text.c_str(), &end, 10) : 0;
-  if (!digits_only || end != text.c_str() + text.size() || errno == ERANGE)
-    throw usage_error("option " + name + ": expected a decimal integer, got '" + text + "'");
+  const long long x = std::strtoll(text.c_str(), &end, 10);
+  if (end != text.c_str() + text.size() || errno == ERANGE || x < least || x > most)
+    throw usage_error("option " + name + ": expected " + range() + ", got '" + text + "'");
   return x;
 }
 
@@ -526,15 +545,115 @@ void temporary_released(const char* path, void*) {
   }
 }
 
-extern "C" void remove_temporaries_and_reraise(int signal_number) {
-  // Files first, then the (by then empty) temporary directories: unlink fails on a directory, rmdir on a
-  // file, and both are async-signal-safe.
-  for (int k = 0; k < temporary_slots; ++k)
-    if (temporary_in_use[k]) ::unlink(temporary_names[k]);
-  for (int k = 0; k < temporary_slots; ++k)
-    if (temporary_in_use[k]) ::rmdir(temporary_names[k]);
+// Where the run is, for the handler (docs/cli.md, "Signals and limits"). One atomic word that the handler and
+// commit() change by compare-and-swap, so that exactly one of them decides what a signal does:
+// - working: a signal removes every temporary (files and staging directories, whole) and ends the process;
+// - committing: the renames are under way; a termination request waits for them (a few system calls) and then
+//   ends the process, with the outputs in place;
+// - committed: the outputs are in place; a signal ends the process and changes nothing on disk;
+// - dying: a handler is removing the temporaries; commit() and any second handler wait for it to end the process.
+enum run_phase : int { working = 0, committing = 1, committed = 2, dying = 3 };
+std::atomic<int> phase{working};
+static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal handler needs a lock-free atomic int");
+volatile std::sig_atomic_t deferred_signal = 0;
+
+bool is_crash(int signal_number) {
+  return signal_number == SIGSEGV || signal_number == SIGBUS || signal_number == SIGFPE || signal_number == SIGILL ||
+         signal_number == SIGABRT || signal_number == SIGSYS || signal_number == SIGTRAP;
+}
+
+#if defined(__linux__)
+/// Removes `name` (relative to the directory `parent`), a file or a directory tree, with async-signal-safe
+/// system calls only: unlinkat, openat, getdents64, close. The staging directories hold files and at most a
+/// few levels of directories (compress's dense/), so the depth is bounded.
+void remove_tree_at(int parent, const char* name, int depth) {
+  if (::unlinkat(parent, name, 0) == 0 || errno == ENOENT) return;
+  if (depth > 8) return;
+  const int directory = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (directory < 0) return;
+  alignas(8) char buffer[4096];
+  for (int pass = 0; pass < 1024; ++pass) {  // entries go while the listing is read: read it again until empty
+    bool removed_any = false;
+    ::lseek(directory, 0, SEEK_SET);
+    long got;
+    while ((got = ::syscall(SYS_getdents64, directory, buffer, sizeof buffer)) > 0) {
+      for (long offset = 0; offset < got;) {
+        // struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen, u8 d_type, char d_name[].
+        unsigned short length;
+        std::memcpy(&length, buffer + offset + 16, sizeof length);
+        const char* entry = buffer + offset + 19;
+        offset += length;
+        if (entry[0] == '.' && (entry[1] == '\0' || (entry[1] == '.' && entry[2] == '\0'))) continue;
+        remove_tree_at(directory, entry, depth + 1);
+        removed_any = true;
+      }
+    }
+    if (!removed_any) break;
+  }
+  ::close(directory);
+  ::unlinkat(parent, name, AT_REMOVEDIR);
+}
+#endif
+
+void remove_temporaries() {
+  for (int k = 0; k < temporary_slots; ++k) {
+    if (!temporary_in_use[k]) continue;
+#if defined(__linux__)
+    remove_tree_at(AT_FDCWD, temporary_names[k], 0);
+#else
+    if (::unlink(temporary_names[k]) != 0) ::rmdir(temporary_names[k]);
+#endif
+  }
+}
+
+/// Writes `text` and the signal's number to stderr with write(2) (async-signal-safe; a failure is ignored).
+void say_signal(const char* text, int signal_number) {
+  char line[160];
+  std::size_t n = 0;
+  for (const char* c = "moecomp: error: "; *c; ++c) line[n++] = *c;
+  for (const char* c = text; *c && n < 120; ++c) line[n++] = *c;
+  char digits[12];
+  int d = 0;
+  for (int v = signal_number; d == 0 || v > 0; v /= 10) digits[d++] = static_cast<char>('0' + v % 10);
+  while (d > 0) line[n++] = digits[--d];
+  for (const char* c = "; nothing was written\n"; *c; ++c) line[n++] = *c;
+  const ssize_t ignored = ::write(2, line, n);
+  (void)ignored;
+}
+
+[[noreturn]] void end_by_signal(int signal_number) {
   std::signal(signal_number, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signal_number);
   std::raise(signal_number);
+  pthread_sigmask(SIG_UNBLOCK, &only, nullptr);  // the raised signal, pending while the handler runs, ends us here
+  for (;;) ::pause();
+}
+
+/// Waits for the handler that owns the `dying` phase to end the process.
+[[noreturn]] void wait_for_death() {
+  for (;;) {
+    const timespec second{1, 0};
+    ::nanosleep(&second, nullptr);
+  }
+}
+
+extern "C" void on_fatal_signal(int signal_number) {
+  const int saved_errno = errno;
+  int expected = working;
+  if (phase.compare_exchange_strong(expected, dying)) {
+    remove_temporaries();
+    say_signal(is_crash(signal_number) ? "internal failure: signal " : "stopped by signal ", signal_number);
+    end_by_signal(signal_number);
+  }
+  if (expected == committing && !is_crash(signal_number)) {  // commit() ends the process once the renames are done
+    deferred_signal = signal_number;
+    errno = saved_errno;
+    return;
+  }
+  if (expected == dying) wait_for_death();
+  end_by_signal(signal_number);  // committed (or a crash while committing): the outputs are as they are
 }
 
 /// "-o" and "--duals" or "--duals and --duals-v": the options that name one file, for the message.
@@ -557,20 +676,73 @@ moecomp::io::temporary_file_hooks temporary_file_hooks() {
 void install_signal_handlers() {
 #if defined(__unix__) || defined(__APPLE__)
   // Every signal whose default action ends the process and that can be caught: the termination requests,
-  // the limits (CPU time), and the crashes (a bug, but its temporaries should still go).
-  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
-                            SIGPROF, SIGXCPU, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGTRAP}) {
-    struct sigaction action {};
-    action.sa_handler = remove_temporaries_and_reraise;
-    sigemptyset(&action.sa_mask);
-    sigaction(signal_number, &action, nullptr);
-  }
+  // the limits (CPU time), and the crashes (a bug, but its temporaries should still go). While the handler
+  // runs, all of them are blocked on its thread, so a second one waits for the first.
+  const int fatal[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+                       SIGPROF, SIGXCPU, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS, SIGTRAP};
+  struct sigaction action {};
+  action.sa_handler = on_fatal_signal;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : fatal) sigaddset(&action.sa_mask, signal_number);
+  for (int signal_number : fatal) sigaction(signal_number, &action, nullptr);
   // Past a file-size limit the write then fails with EFBIG, reported and cleaned up like any failed write.
   std::signal(SIGXFSZ, SIG_IGN);
 #else
-  for (int signal_number : {SIGINT, SIGTERM}) std::signal(signal_number, remove_temporaries_and_reraise);
+  for (int signal_number : {SIGINT, SIGTERM}) std::signal(signal_number, on_fatal_signal);
 #endif
 }
+
+namespace {
+
+void begin_commit() {
+  int expected = working;
+  if (!phase.compare_exchange_strong(expected, committing)) wait_for_death();  // a handler is ending the run
+}
+
+void end_commit() {
+  phase.store(committed);
+  if (deferred_signal != 0) end_by_signal(deferred_signal);
+}
+
+/// A commit that failed: back to working, so that the temporaries left are removed on the way out (and by a
+/// signal that came meanwhile).
+void abort_commit() {
+  phase.store(working);
+  if (const int signal_number = deferred_signal; signal_number != 0) on_fatal_signal(signal_number);
+}
+
+}  // namespace
+
+namespace {
+
+/// `path` made absolute with its links, "." and ".." resolved as far as it exists.
+std::filesystem::path resolved_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (ec) return fs::path(path).lexically_normal();
+  fs::path canonical = fs::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal() : canonical;
+}
+
+/// Whether `inner` lies strictly inside the directory `outer` (both resolved).
+bool lies_inside(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin(), o = outer.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  for (; i != inner.end(); ++i)
+    if (!i->empty()) return true;
+  return false;
+}
+
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  return a == b || std::filesystem::equivalent(a, b, ec);
+}
+
+}  // namespace
 
 output_files::output_files(const command_spec& spec, const arguments& args) {
   namespace fs = std::filesystem;
@@ -582,25 +754,29 @@ output_files::output_files(const command_spec& spec, const arguments& args) {
   std::vector<std::pair<std::string, std::vector<std::string>>> by_file;  // canonical path, options
   if (spec.output_directory) {
     if (const auto given = args.value("-o")) {
-      const std::string& path = *given;
+      std::string path = *given;
       if (path.empty()) throw usage_error("option -o: expected a directory name, got ''");
+      while (path.size() > 1 && path.back() == '/') path.pop_back();  // "out/" names the directory out
+      const fs::path normal = fs::path(path).lexically_normal();
+      const std::string last = normal.filename().string();
+      if (last.empty() || last == "." || last == "..")
+        throw usage_error("option -o: expected the name of a directory to create or replace, got '" + *given +
+                          "' (a directory is replaced whole: name a new one, such as OUT)");
       std::error_code ec;
       const fs::file_status status = fs::status(path, ec);
       if (fs::exists(status) && !fs::is_directory(status))
         throw usage_error("option -o: '" + path + "' is " + moecomp::io::file_kind_text(status.type()) +
                           ", not a directory; " + spec.name + " writes a directory of .npy files");
-      fs::path parent = fs::path(path).lexically_normal().parent_path();
+      fs::path parent = normal.parent_path();
       if (parent.empty()) parent = ".";
       if (!fs::is_directory(fs::status(parent, ec)))
         throw usage_error("option -o: cannot write '" + path + "': directory '" + parent.string() +
                           "' does not exist");
-#if defined(__unix__) || defined(__APPLE__)
       if (::access(parent.c_str(), W_OK | X_OK) != 0)
         throw usage_error("option -o: cannot write '" + path + "': directory '" + parent.string() +
                           "' is not writable");
-#endif
-      directory_target_ = fs::path(path).lexically_normal().string();
-      if (!directory_target_.empty() && directory_target_.back() == '/') directory_target_.pop_back();
+      directory_target_ = normal.string();
+      targets_.push_back({"-o", resolved_path(directory_target_).string(), true});
     }
   }
   for (const option_spec* o : outputs) {
@@ -615,12 +791,10 @@ output_files::output_files(const command_spec& spec, const arguments& args) {
       throw usage_error("option " + o->name + ": '" + path + "' is " + moecomp::io::file_kind_text(status.type()) +
                         ", not a regular file; outputs are written only to regular files (leave the option out to "
                         "write nothing)");
-#if defined(__unix__) || defined(__APPLE__)
     // A file its owner made read-only is not replaced behind their back (numpy.save could not open it).
     if (fs::exists(status) && ::access(path.c_str(), W_OK) != 0)
       throw usage_error("option " + o->name + ": '" + path + "' exists and is not writable (" +
                         std::strerror(errno) + ")");
-#endif
     fs::path directory = fs::path(path).parent_path();
     if (directory.empty()) directory = ".";
     const fs::file_status directory_status = fs::status(directory, ec);
@@ -630,25 +804,60 @@ output_files::output_files(const command_spec& spec, const arguments& args) {
     if (!fs::is_directory(directory_status))
       throw usage_error("option " + o->name + ": cannot write '" + path + "': '" + directory.string() +
                         "' is not a directory");
-#if defined(__unix__) || defined(__APPLE__)
     if (::access(directory.c_str(), W_OK | X_OK) != 0)
       throw usage_error("option " + o->name + ": cannot write '" + path + "': directory '" + directory.string() +
                         "' is not writable");
-#endif
     // One file under two names: the same canonical path (links, "./", ".."), or for files that exist, the
     // same device and inode (hard links).
-    const std::string key = fs::weakly_canonical(fs::absolute(path, ec), ec).string();
+    const std::string key = resolved_path(path).string();
     auto same = std::find_if(by_file.begin(), by_file.end(), [&](const auto& entry) {
-      std::error_code equivalence_error;
-      return entry.first == key || fs::equivalent(entry.first, key, equivalence_error);
+      return same_file(entry.first, key);
     });
     if (same != by_file.end()) {
       same->second.push_back(o->name);
       throw usage_error("options " + option_list(same->second) + " name the same file '" + path +
                         "'; each output needs a file of its own");
     }
+    // A file inside the output directory would be replaced with it (or land in its staging copy).
+    if (!directory_target_.empty()) {
+      const fs::path inside = resolved_path(directory_target_);
+      if (same_file(key, inside) || lies_inside(key, inside))
+        throw usage_error("option " + o->name + ": '" + path + "' lies inside the output directory -o '" +
+                          directory_target_ + "', which is replaced whole; write it elsewhere");
+    }
     by_file.push_back({key, {o->name}});
     requested_.emplace_back(o->name, path);
+    targets_.push_back({o->name, key, false});
+  }
+  // Inputs: the positional arguments and the values of the other options that name existing files or
+  // directories. No output may be one of them, lie inside an input directory, or (a directory) hold one.
+  for (const std::string& p : args.positional()) add_input(p, "input '" + p + "'");
+  for (const auto& [name, value] : args.values()) {
+    const option_spec* o = find_option(spec, name);
+    if (o == nullptr || o->output || value.empty()) continue;
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(value, ec))) add_input(value, "option " + name + " '" + value + "'");
+  }
+}
+
+void output_files::add_input(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty() || !fs::exists(fs::symlink_status(path, ec))) return;
+  const fs::path input = resolved_path(path);
+  const bool input_is_directory = fs::is_directory(fs::status(input, ec));
+  for (const output_target& t : targets_) {
+    const fs::path output(t.resolved);
+    const char* kind = t.directory ? "directory" : "file";
+    if (same_file(output, input))
+      throw usage_error("option " + t.option + ": the output " + kind + " '" + t.resolved + "' is the " + what +
+                        "; outputs never replace an input: write to a new " + kind);
+    if (input_is_directory && lies_inside(output, input))
+      throw usage_error("option " + t.option + ": the output " + kind + " '" + t.resolved + "' lies inside the " +
+                        what + "; outputs never go into an input directory: write it elsewhere");
+    if (t.directory && lies_inside(input, output))
+      throw usage_error("option " + t.option + ": the output directory '" + t.resolved + "' holds the " + what +
+                        ", and it is replaced whole; write to a directory that holds no input");
   }
 }
 
@@ -682,22 +891,54 @@ std::string unique_suffix(std::uint64_t salt) {
 }
 }  // namespace
 
+namespace {
+
+/// Removes the staging directories `<target>.moecomp-tmp-*` that earlier runs left behind when they were
+/// killed outright (SIGKILL: the OOM killer, `ulimit -t` with equal soft and hard limits, `kill -9`). A run
+/// holds an exclusive lock (flock) on its staging directory while it lives, and the system drops it when the
+/// process ends however it ends: a directory whose lock can be taken belongs to no running process.
+void remove_stale_staging_directories(const std::string& target) {
+  namespace fs = std::filesystem;
+  const fs::path t(target);
+  fs::path parent = t.parent_path();
+  if (parent.empty()) parent = ".";
+  const std::string prefix = t.filename().string() + moecomp::io::temporary_file_marker;
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != prefix.size() + 16 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.find_first_not_of("0123456789abcdef", prefix.size()) != std::string::npos) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // not a directory (a file output's temporary), or not ours to open
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) stale.push_back(it->path());
+    ::close(fd);
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+}  // namespace
+
 void output_files::create_temporary_directory() {
   namespace fs = std::filesystem;
+  remove_stale_staging_directories(directory_target_);
   for (int attempt = 0; attempt < 16; ++attempt) {
     const std::string candidate =
         directory_target_ + moecomp::io::temporary_file_marker +
         unique_suffix(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(this)) + static_cast<std::uint64_t>(attempt));
     temporary_creating(candidate.c_str(), nullptr);
-    std::error_code ec;
-    if (fs::create_directory(candidate, ec)) {
+    if (::mkdir(candidate.c_str(), 0777) == 0) {
       directory_temporary_ = candidate;
+      // Held until the directory is renamed into place or removed: the mark of a live run (above).
+      directory_lock_ = ::open(candidate.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (directory_lock_ >= 0) ::flock(directory_lock_, LOCK_EX | LOCK_NB);
       return;
     }
+    const int code = errno;
     temporary_released(candidate.c_str(), nullptr);
-    if (ec)
+    if (code != EEXIST)
       throw moecomp::io_error("cannot create the temporary directory '" + candidate + "' for -o '" +
-                              directory_target_ + "': " + ec.message());
+                              directory_target_ + "': " + std::strerror(code));
   }
   throw moecomp::io_error("cannot create a temporary directory beside '" + directory_target_ + "'");
 }
@@ -714,6 +955,12 @@ void output_files::discard_temporary_directory() noexcept {
   std::filesystem::remove_all(directory_temporary_, ignored);
   temporary_released(directory_temporary_.c_str(), nullptr);
   directory_temporary_.clear();
+  release_directory_lock();
+}
+
+void output_files::release_directory_lock() noexcept {
+  if (directory_lock_ >= 0) ::close(directory_lock_);
+  directory_lock_ = -1;
 }
 
 output_files::~output_files() {
@@ -729,31 +976,57 @@ void output_files::stage_residual(const std::string& option, const moecomp::spar
   staged_.push_back(moecomp::io::stage_residual(*target, m, options));
 }
 
+void output_files::stage_text(const std::string& option, const std::string& text) {
+  const auto target = path(option);
+  if (!target) return;
+  moecomp::io::write_options options;
+  options.hooks = temporary_file_hooks();
+  staged_.push_back(moecomp::io::stage_file_bytes(*target, text.data(), text.size(), options));
+}
+
 void output_files::commit() {
   namespace fs = std::filesystem;
-  for (auto& file : staged_)
-    if (!file.committed()) file.commit();
-  staged_.clear();
-  if (directory_temporary_.empty()) return;
-  // An existing target directory is moved aside, the new one renamed in, the old one removed.
-  std::error_code ec;
-  std::string old;
-  if (fs::exists(directory_target_, ec)) {
-    old = directory_target_ + ".moecomp-old-" + unique_suffix(reinterpret_cast<std::uintptr_t>(this));
-    fs::rename(directory_target_, old, ec);
-    if (ec)
-      throw moecomp::io_error("cannot replace the directory '" + directory_target_ + "': " + ec.message());
+  // From here a termination request waits for the renames (docs/cli.md, "Signals and limits").
+  begin_commit();
+  try {
+    // The files inside the staging directory first, then the directory (its rename is the one that can
+    // fail: a target in use), then the files beside it (a report), each within its own directory.
+    const std::string staging_prefix = directory_temporary_.empty() ? std::string() : directory_temporary_ + "/";
+    auto commit_files = [&](bool inside) {
+      for (auto& file : staged_)
+        if (!file.committed() && (!staging_prefix.empty() && file.path().rfind(staging_prefix, 0) == 0) == inside)
+          file.commit();
+    };
+    if (!directory_temporary_.empty()) commit_files(true);
+    if (!directory_temporary_.empty()) {
+      // An existing target directory is moved aside, the new one renamed in, the old one removed.
+      std::error_code ec;
+      std::string old;
+      if (fs::exists(fs::symlink_status(directory_target_, ec))) {
+        old = directory_target_ + ".moecomp-old-" + unique_suffix(reinterpret_cast<std::uintptr_t>(this));
+        fs::rename(directory_target_, old, ec);
+        if (ec)
+          throw moecomp::io_error("cannot replace the directory '" + directory_target_ + "': " + ec.message());
+      }
+      fs::rename(directory_temporary_, directory_target_, ec);
+      if (ec) {
+        std::error_code restore;
+        if (!old.empty()) fs::rename(old, directory_target_, restore);
+        throw moecomp::io_error("cannot rename '" + directory_temporary_ + "' to '" + directory_target_ +
+                                "': " + ec.message());
+      }
+      temporary_released(directory_temporary_.c_str(), nullptr);
+      directory_temporary_.clear();
+      release_directory_lock();
+      if (!old.empty()) fs::remove_all(old, ec);
+    }
+    commit_files(false);
+    staged_.clear();
+  } catch (...) {
+    abort_commit();
+    throw;
   }
-  fs::rename(directory_temporary_, directory_target_, ec);
-  if (ec) {
-    std::error_code restore;
-    if (!old.empty()) fs::rename(old, directory_target_, restore);
-    throw moecomp::io_error("cannot rename '" + directory_temporary_ + "' to '" + directory_target_ +
-                            "': " + ec.message());
-  }
-  temporary_released(directory_temporary_.c_str(), nullptr);
-  directory_temporary_.clear();
-  if (!old.empty()) fs::remove_all(old, ec);
+  end_commit();
 }
 
 // ---------------------------------------------------------------------------------------------- outcomes
@@ -804,6 +1077,8 @@ std::pair<moecomp::sparse::prune_params, std::string> prune_options(const argume
   } else {
     throw usage_error("option --scope: expected matrix, row, column-block or N:M (e.g. 2:4), got '" + scope + "'");
   }
+  if (params.scope != sparse::prune_scope::column_block && args.value("--column-block"))
+    throw usage_error("option --column-block: only with --scope column-block (the scope here is " + scope + ")");
   if (params.scope == sparse::prune_scope::n_of_m) {
     if (args.value("--keep") || args.value("--sparsity"))
       throw usage_error("option --scope: " + scope + " keeps N of every M entries; give no --keep or --sparsity");

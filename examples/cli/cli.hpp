@@ -22,6 +22,13 @@ class usage_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A numerical failure found outside conclude() (compress's per-layer checks): exit status 3, one error line,
+/// nothing written.
+class numerical_failure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// What a command accepts: options that take a value and flags that do not.
 struct option_spec {
   std::string name;  // with the dashes: "--metric", "-o"
@@ -45,11 +52,16 @@ class arguments {
  public:
   arguments(const command_spec& spec, const std::vector<std::string>& argv);  // throws usage_error
   const std::vector<std::string>& positional() const { return positional_; }
+  /// Every option given with a value, by name ("--calibration" -> "c.safetensors").
+  const std::map<std::string, std::string>& values() const { return values_; }
   bool flag(const std::string& name) const { return flags_.count(name) != 0; }
   std::optional<std::string> value(const std::string& name) const;
   std::string value_or(const std::string& name, const std::string& fallback) const;
   double number(const std::string& name, double fallback) const;         // throws usage_error naming the option
   long long integer(const std::string& name, long long fallback) const;  // throws usage_error naming the option
+  /// The integer option `name` in [least, most] (decimal digits, a '-' only where least < 0), else fallback;
+  /// usage_error naming the option and the range otherwise. The one parser of integer options.
+  long long integer(const std::string& name, long long fallback, long long least, long long most) const;
   bool help() const { return help_; }
 
  private:
@@ -191,18 +203,32 @@ class output_files {
   std::string staging_directory();
   /// Writes a residual file for `option` to its temporary file (nothing if the option was not given).
   void stage_residual(const std::string& option, const moecomp::sparse::sparse_matrix_view& m);
-  /// Renames every staged file over its target, then the staged directory over its target.
+  /// Writes `text` for `option` (a report) to its temporary file (nothing if the option was not given).
+  void stage_text(const std::string& option, const std::string& text);
+  /// An input the command reads that its arguments do not name (compress's default model directory): usage_error
+  /// when an output is it, lies inside it, or (a directory output) holds it. The constructor does the same for
+  /// the positional arguments and every option value that names an existing path. `what` names it in messages.
+  void add_input(const std::string& path, const std::string& what);
+  /// Renames the staged directory over its target, then every staged file over its target. A termination
+  /// signal that arrives meanwhile takes effect after the last rename (docs/cli.md, "Signals and limits").
   void commit();
   output_files(const output_files&) = delete;
   output_files& operator=(const output_files&) = delete;
   ~output_files();
 
  private:
+  struct output_target {
+    std::string option, resolved;  // resolved: absolute, links resolved as far as the path exists
+    bool directory;
+  };
   std::vector<std::pair<std::string, std::string>> requested_;  // option, path
+  std::vector<output_target> targets_;
   std::vector<moecomp::io::staged_file> staged_;
   std::string directory_target_, directory_temporary_;
+  int directory_lock_ = -1;  // flock'd descriptor of the staging directory: this run is alive
   void create_temporary_directory();
   void discard_temporary_directory() noexcept;
+  void release_directory_lock() noexcept;
 };
 
 /// The hooks that let install_signal_handlers' handler remove the temporaries being written.

@@ -45,6 +45,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -63,41 +64,6 @@ using moecomp::index_t;
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-// ---------------------------------------------------------------------------------------------- interrupts
-
-// Ctrl-C (and SIGTERM, SIGHUP) during a compression set a flag that the pipeline checks between steps: the
-// command then unwinds, and output_files removes the temporary directory (a signal handler cannot remove a
-// directory tree safely). Each step is short, so the wait is short.
-volatile std::sig_atomic_t interrupt_signal = 0;
-extern "C" void note_interrupt(int signal_number) { interrupt_signal = signal_number; }
-
-struct interrupted {
-  int signal_number;
-};
-
-class interrupt_guard {
- public:
-  interrupt_guard() {
-    for (int s : {SIGINT, SIGTERM, SIGHUP}) {
-      struct sigaction action {};
-      action.sa_handler = note_interrupt;
-      sigemptyset(&action.sa_mask);
-      struct sigaction old {};
-      sigaction(s, &action, &old);
-      saved_.emplace_back(s, old);
-    }
-  }
-  ~interrupt_guard() {
-    for (auto& [s, old] : saved_) sigaction(s, &old, nullptr);
-  }
-  static void check() {
-    if (interrupt_signal != 0) throw interrupted{static_cast<int>(interrupt_signal)};
-  }
-
- private:
-  std::vector<std::pair<int, struct sigaction>> saved_;
-};
-
 // ---------------------------------------------------------------------------------------------- progress
 
 /// "layer i of L, step, elapsed, ETA" on stderr: redrawn in place on a terminal, one line per update with
@@ -106,7 +72,6 @@ class progress_display {
  public:
   progress_display(bool terminal, bool lines, index_t layers) : terminal_(terminal), lines_(lines), layers_(layers) {}
   void update(index_t layer, const std::string& name, const std::string& step) {
-    interrupt_guard::check();
     if (!terminal_ && !lines_) return;
     const double elapsed = seconds();
     std::ostringstream s;
@@ -782,6 +747,7 @@ std::vector<owned_tensor> layer_tensors(const moecomp::io::safetensors_checkpoin
     return (own_stack ? mine.data() : original.data()) + k * matrix;
   };
   std::vector<owned_tensor> out;
+  out.reserve(3 + 3 * static_cast<std::size_t>(out_experts));  // add() hands out references: no reallocation
   auto add = [&](const std::string& name, std::vector<index_t> shape) -> owned_tensor& {
     const auto dtype = checkpoint.info(name).dtype;
     out.push_back({name, dtype, std::move(shape), {}});
@@ -910,34 +876,49 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
-/// --calibration FILE, else MODEL_DIR/calibration.safetensors when it exists, else "" (none).
+/// --calibration FILE, else MODEL_DIR/calibration.safetensors when it exists, else "" (none). Whatever is
+/// named must be a regular file (or a link to one): a directory, FIFO or device there is an error, not "none".
 std::string calibration_file(const arguments& args, const std::string& model_dir) {
   std::error_code ec;
-  if (const auto c = args.value("--calibration")) return *c;
+  if (const auto c = args.value("--calibration")) {
+    if (c->empty()) throw usage_error("option --calibration: expected a .safetensors file name, got ''");
+    const fs::file_status status = fs::status(*c, ec);
+    if (!fs::exists(status)) throw usage_error("option --calibration: no file '" + *c + "'");
+    if (!fs::is_regular_file(status))
+      throw usage_error("option --calibration: '" + *c + "' is " + moecomp::io::file_kind_text(status.type()) +
+                        ", not a regular file");
+    return *c;
+  }
   const std::string fallback = (fs::path(model_dir) / "calibration.safetensors").string();
-  return fs::is_regular_file(fallback, ec) ? fallback : std::string();
+  if (!fs::exists(fs::symlink_status(fallback, ec))) return std::string();
+  const fs::file_status status = fs::status(fallback, ec);
+  if (!fs::is_regular_file(status))
+    throw usage_error("compress: '" + fallback + "' is " +
+                      (fs::exists(status) ? moecomp::io::file_kind_text(status.type()) : "a link to nothing") +
+                      ", not a regular file of calibration tokens (remove it, or name one with --calibration FILE)");
+  return fallback;
 }
 
-/// The calibration file `path`, read; usage_error when it is not a file.
+/// The calibration file `path`, read; usage_error when it is not a regular file.
 moecomp::io::safetensors_file open_calibration(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw usage_error("option --calibration: no file '" + path + "'");
-  return moecomp::io::read_safetensors(path);
+  try {
+    return moecomp::io::read_safetensors(path);
+  } catch (const moecomp::io_error& e) {
+    throw usage_error(std::string("option --calibration: ") + e.what());
+  }
 }
 
-/// The calibration tokens `key` of `file` (read from `path`): T x hidden, T >= 1, as float; usage_error naming
-/// the file, the tensor and `layer` otherwise. The tensor's pages leave the resident set after.
+/// The calibration tokens `key` of `file` (read from `path`) for `layer`: model::read_calibration_tokens (T x
+/// hidden, T >= 1, a float dtype, finite), its io_error named as the --calibration option's.
 moecomp::host_matrix<float> calibration_tokens(const moecomp::io::safetensors_file& file, const std::string& path,
                                                const std::string& key, index_t hidden, const std::string& layer) {
   if (!file.contains(key))
     throw usage_error("option --calibration: '" + path + "' has no tensor '" + key + "' for " + layer);
-  const moecomp::io::safetensors_tensor t = file.tensor(key);
-  if (t.shape().size() != 2 || t.shape()[1] != hidden || t.shape()[0] < 1)
-    throw usage_error("option --calibration: tensor '" + key + "' must be T x " + std::to_string(hidden) +
-                      " (tokens x hidden size, T >= 1), got " + shape_text(t.shape()));
-  moecomp::host_matrix<float> x = t.to_matrix<float>();
-  file.release(key);
-  return x;
+  try {
+    return moecomp::model::read_calibration_tokens(file, key, hidden);
+  } catch (const moecomp::io_error& e) {
+    throw usage_error(std::string("option --calibration: ") + e.what());
+  }
 }
 
 /// The model directory's other files (tokenizer, generation config), copied unchanged into `dir`.
@@ -982,17 +963,8 @@ int finish_report(const arguments& args, output_files& outputs, const std::strin
     f << report_text;
     if (!f) throw moecomp::io_error("compress: cannot write compression_report.json into '" + staging + "'");
   }
-  if (const auto r = args.value("--report")) {
-    const std::string temporary = *r + ".moecomp-tmp";
-    std::ofstream f(temporary);
-    f << report_text;
-    f.close();
-    if (!f) throw usage_error("option --report: cannot write '" + *r + "'");
-    outputs.commit();
-    fs::rename(temporary, *r);
-  } else {
-    outputs.commit();
-  }
+  outputs.stage_text("--report", report_text);  // checked with the other outputs before any work
+  outputs.commit();  // the last step: nothing before it is left behind, nothing after it changes the outputs
   if (args.flag("--json")) {  // the report itself, on one line
     std::printf("%s\n", report.dump().c_str());
     return 0;
@@ -1119,7 +1091,7 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
   params.max_iterations = args.integer("--max-iter", 300);
   if (params.max_iterations < 1)
     throw usage_error("option --max-iter: expected at least 1, got " + std::to_string(params.max_iterations));
-  params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 0, std::numeric_limits<long long>::max()));
   const std::string calibration_path = calibration_file(args, model_dir);
   std::optional<io::safetensors_file> calibration;
   if (!calibration_path.empty()) calibration.emplace(open_calibration(calibration_path));
@@ -1130,7 +1102,6 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
   ffn.act = m.activation;
 
   const std::string staging = outputs.staging_directory();
-  interrupt_guard interrupts;
   progress_display progress(!args.flag("--quiet") && ::isatty(2) != 0, args.flag("--progress") && !args.flag("--quiet"), L);
   io::safetensors_sharded_writer writer(staging, "model");
   json report;
@@ -1163,7 +1134,7 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
   json layers = json::array(), prefixes = json::array();
   std::set<std::string> written;
   double bytes_before = 0, bytes_after = 0, parameters_before = 0;
-  try {
+  {
     for (index_t i = 0; i < L; ++i) {
       const model::dense_layer_names& names = m.layers[static_cast<std::size_t>(i)];
       // The tensor prefix without its final dot ("model.layers.3.mlp"), as resmoe's tensors name it.
@@ -1209,6 +1180,10 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
       round_to_storage(router.storage(), router_dtype);
       double error = 0;
       timed("error", [&] { error = moefy_error(ctx, ffn, dense, e1, e3, e2, router.const_view(), top_k, x.const_view()); });
+      if (x.rows() > 0 && !std::isfinite(error))
+        throw numerical_failure("compress: FFN " + prefix + ": the split FFN's output error on the calibration tokens is " +
+                                (std::isnan(error) ? "nan" : "inf") +
+                                " (numerical failure, status numerical_error), nothing was written");
       progress.update(i, prefix, "writing");
       const auto writing_started = std::chrono::steady_clock::now();
       std::vector<owned_tensor> tensors;
@@ -1242,7 +1217,6 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
         entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
         layer_after += static_cast<double>(t.bytes.size());
       }
-      interrupt_guard::check();
       writer.write_shard(entries, checkpoint.metadata());
       for (const std::string& n : names.tensor_names()) checkpoint.release(n);
       steps["writing"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count();
@@ -1296,10 +1270,6 @@ int compress_moefy(const arguments& args, output_files& outputs, const std::stri
     write_config(staging, config);
     copy_other_files(model_dir, staging);
     progress.finish();
-  } catch (const interrupted& i) {
-    progress.finish();
-    std::fprintf(stderr, "moecomp: error: compress: interrupted (signal %d); nothing was written\n", i.signal_number);
-    return 128 + i.signal_number;
   }
   report["layers"] = layers;
   const json totals = report_totals(bytes_before, bytes_after, parameters_before, started);
@@ -1327,12 +1297,15 @@ int compress(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const auto started = std::chrono::steady_clock::now();
   settings s;
+  if (!args.value("--method"))
+    throw usage_error("option --method: required: hc-smoe, cka-merge, resmoe, prune (MoE checkpoints) or moefy (dense)");
   s.how = parse_method(*args.value("--method"));
   const std::string model_dir = args.positional().empty()
                                     ? default_model_dir(s.how == method::moefy ? "tiny-dense" : "tiny-moe")
                                     : args.positional()[0];
   const auto out_dir = args.value("-o");
-  if (!out_dir) throw usage_error("compress: -o OUT_DIR is required");
+  if (!out_dir) throw usage_error("option -o: required: the output directory OUT_DIR");
+  if (args.positional().empty()) outputs.add_input(model_dir, "embedded model '" + model_dir + "'");
 
   // The model: config.json, the checkpoint, the layout.
   std::error_code ec;
@@ -1373,15 +1346,38 @@ int compress(const arguments& args, output_files& outputs) {
   // Options.
   if (s.how == method::resmoe && args.value("--experts"))
     throw usage_error("option --experts: resmoe keeps every expert (as a shared base plus a sparse residual each)");
-  s.experts = s.how == method::resmoe ? E : args.integer("--experts", std::max<long long>(E / 2, m.top_k));
+  // A group-limited router (DeepSeek-V2/V3) routes over n_group equal groups: the methods that drop router rows
+  // must leave a count it can route (a multiple of n_group whose kept groups hold top-k experts; V3's group
+  // score needs two experts a group). The default is the smallest such count from E/2 up.
+  const gating::routing_params routing = model::routing_of(m);
+  const bool grouped = (routing.rule == gating::routing_rule::deepseek_v3 ||
+                        routing.rule == gating::routing_rule::group_limited_greedy) && routing.n_group > 1;
+  auto routable = [&](index_t n) {
+    if (!grouped || s.how == method::hc_smoe || s.how == method::resmoe) return true;
+    const index_t per_group = n / routing.n_group;
+    return n % routing.n_group == 0 && routing.topk_group * per_group >= routing.top_k &&
+           (routing.rule != gating::routing_rule::deepseek_v3 || per_group >= 2);
+  };
+  index_t default_experts = std::max<index_t>(E / 2, m.top_k);
+  while (default_experts < E && !routable(default_experts)) ++default_experts;
+  s.experts = s.how == method::resmoe ? E : args.integer("--experts", default_experts);
   if (s.experts < 1 || s.experts > E)
     throw usage_error("option --experts: expected 1 to " + std::to_string(E) + " (the model's experts per layer), got " +
                       std::to_string(s.experts));
+  if (!routable(s.experts))
+    throw usage_error("option --experts: " + std::string(method_name(s.how)) + " leaves the router " +
+                      std::to_string(s.experts) + " experts, and its group-limited rule (n_group " +
+                      std::to_string(routing.n_group) + ", topk_group " + std::to_string(routing.topk_group) +
+                      ", top-k " + std::to_string(routing.top_k) + ") needs a multiple of " +
+                      std::to_string(routing.n_group) + " whose " + std::to_string(routing.topk_group) +
+                      " kept group(s) hold at least " + std::to_string(routing.top_k) + " experts" +
+                      (routing.rule == gating::routing_rule::deepseek_v3 ? " (and 2 or more experts a group)" : "") +
+                      "; for example --experts " + std::to_string(default_experts));
   if (s.how != method::hc_smoe && s.experts < m.top_k)
     throw usage_error("option --experts: " + std::string(method_name(s.how)) + " leaves the router " +
                       std::to_string(s.experts) + " experts, fewer than the model's top-k (" + std::to_string(m.top_k) +
                       ")");
-  s.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  s.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 0, std::numeric_limits<long long>::max()));
   s.calibration = calibration_file(args, model_dir);
   const bool calibrated = !s.calibration.empty();
   if (s.how == method::hc_smoe) {
@@ -1440,7 +1436,6 @@ int compress(const arguments& args, output_files& outputs) {
 
   // The output directory's contents go to the temporary directory that commit() renames.
   const std::string staging = outputs.staging_directory();
-  interrupt_guard interrupts;
   progress_display progress(!args.flag("--quiet") && ::isatty(2) != 0, args.flag("--progress") && !args.flag("--quiet"), L);
   io::safetensors_sharded_writer writer(staging, "model");
   std::optional<io::safetensors_sharded_writer> dense_writer;
@@ -1479,7 +1474,7 @@ int compress(const arguments& args, output_files& outputs) {
   json layers = json::array(), id_maps = json::object();
   std::set<std::string> written;
   double bytes_before = 0, bytes_after = 0, parameters_before = 0;
-  try {
+  {
     for (index_t i = 0; i < L; ++i) {
       const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
       const std::string layer_name = layer_prefix(names);
@@ -1511,6 +1506,10 @@ int compress(const arguments& args, output_files& outputs) {
       progress.update(i, layer_name, "error");
       const auto error_started = std::chrono::steady_clock::now();
       const double error = layer_error(ctx, m, w, c, x.const_view());
+      if (x.rows() > 0 && !std::isfinite(error))
+        throw numerical_failure("compress: MoE layer " + layer_name + ": the compressed layer's output error on the " +
+                                "calibration tokens is " + (std::isnan(error) ? "nan" : "inf") +
+                                " (numerical failure, status numerical_error), nothing was written");
       steps["error"] = lap(error_started);
       progress.update(i, layer_name, "writing");
       const auto writing_started = std::chrono::steady_clock::now();
@@ -1552,7 +1551,6 @@ int compress(const arguments& args, output_files& outputs) {
                                     (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
         distinct_after = layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
       }
-      interrupt_guard::check();
       writer.write_shard(entries, checkpoint.metadata());
       if (dense_writer) dense_writer->write_shard(dense_entries, checkpoint.metadata());
       // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
@@ -1621,10 +1619,6 @@ int compress(const arguments& args, output_files& outputs) {
       copy_other_files(model_dir, dense_dir);
     }
     progress.finish();
-  } catch (const interrupted& i) {
-    progress.finish();
-    std::fprintf(stderr, "moecomp: error: compress: interrupted (signal %d); nothing was written\n", i.signal_number);
-    return 128 + i.signal_number;
   }
 
   report["layers"] = layers;
@@ -1680,7 +1674,7 @@ const command_registration compress_registration{command{
       {"--restore-dense", false, "resmoe: also write OUT_DIR/dense, an ordinary checkpoint of the restored experts"},
       {"--top-k", true, "moefy: experts per token for the router the output records and the report's error (default E/4)"},
       {"--n-init", true, "moefy: balanced k-means runs, the lowest inertia kept (default 10)"},
-      {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)"},
+      {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)", true},
       {"--quiet", false, "no progress display"},
       {"--progress", false, "progress as one line per step on stderr, also when stderr is not a terminal"}},
      /*output_directory=*/true},

@@ -6,6 +6,8 @@
 #include "cli.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <moecomp/gating/dispatch.hpp>
@@ -21,10 +23,21 @@ int dispatch(const arguments& args, output_files& outputs) {
     throw usage_error(path + ": dtype " + io::to_string(input.dtype()) + " is not accepted here, expected int32 or int64");
   if (input.ndim() != 2) throw usage_error(path + ": expected a 2-D array (T x K expert ids), got " + shape_text(input.shape()));
   if (!args.value("--experts")) throw usage_error("option --experts: required (the number of experts E)");
-  const index_t experts = args.integer("--experts", 0);
+  const index_t experts = args.integer("--experts", 0, 1, std::numeric_limits<std::int32_t>::max());
   gating::dispatch_params params;
-  params.block_size = args.integer("--block-size", 1);
-  params.capacity = args.integer("--capacity", 0);
+  params.block_size = args.integer("--block-size", 1, 1, std::numeric_limits<std::int32_t>::max());
+  params.capacity = args.integer("--capacity", 0, 0, std::numeric_limits<long long>::max());
+  // The plan's size grows with E and B (each expert's run padded to a whole block): said before allocating.
+  {
+    const double pairs = static_cast<double>(input.shape()[0]) * static_cast<double>(input.shape()[1]);
+    const double chunks = std::ceil(static_cast<double>(input.shape()[0]) /
+                                    std::max(1.0, std::floor(16384.0 / std::max<double>(1.0, static_cast<double>(input.shape()[1])))));
+    const double padded = pairs + static_cast<double>(experts) * static_cast<double>(params.block_size - 1);
+    const double bytes = 8.0 * ((chunks + 3.0) * (static_cast<double>(experts) + 1.0) + 2.0 * padded + 2.0 * pairs);
+    require_memory(bytes, "dispatch: the plan of " + std::to_string(experts) + " experts in blocks of " +
+                              std::to_string(params.block_size),
+                   "lower --experts or --block-size");
+  }
   const host_matrix<std::int64_t> ids = input.to_matrix<std::int64_t>();
   const host_context ctx = make_context(args);
   // The plan's storage is sized (and its pages touched) before the clock starts, as an engine reuses one

@@ -43,6 +43,18 @@ int run_gate(const arguments& args, output_files& outputs, const moecomp::io::np
                       ": give exactly one rule: --top-k, --tau, --tau-code, --cumulative, --top-p, --deepseek-v3 or "
                       "--deepseek-v2");
   if (grouped && !args.value("--top-k")) throw usage_error(std::string("option ") + rule_option + ": needs --top-k K");
+  if (!grouped && p.rule != gating::routing_rule::top_k && args.value("--top-k"))
+    throw usage_error(std::string("option --top-k: ") + rule_option + " selects a varying number of experts by its " +
+                      "own rule, so --top-k would be ignored; give one rule (--max-k B caps the count)");
+  for (const char* group_option : {"--n-group", "--topk-group", "--scale", "--bias"})
+    if (!grouped && args.value(group_option))
+      throw usage_error(std::string("option ") + group_option + ": only with --deepseek-v3 or --deepseek-v2");
+  if (p.rule == gating::routing_rule::group_limited_greedy && args.value("--bias"))
+    throw usage_error("option --bias: only with --deepseek-v3 (the selection-only correction bias)");
+  for (const char* count_option : {"--min-k", "--max-k"})
+    if ((grouped || p.rule == gating::routing_rule::top_k) && args.value(count_option))
+      throw usage_error(std::string("option ") + count_option + ": bounds the count of the threshold rules (--tau, " +
+                        "--tau-code, --cumulative, --top-p); " + rule_option + " selects exactly --top-k experts");
   if (args.value("--top-k")) p.top_k = args.integer("--top-k", 2);
   if (const auto v = args.value(rule_option); v && !grouped && p.rule != gating::routing_rule::top_k)
     p.tau = args.number(rule_option, 0.5);

@@ -10,6 +10,7 @@
 #include <moecomp/merge/merge.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace moecomp_cli {
@@ -83,8 +84,7 @@ int run_merge(const arguments& args, output_files& outputs) {
   params.routing_top_k = args.integer("--top-k", 2);
   params.frequency_top_k = args.integer("--frequency-top-k", 2);
   params.token_cap = args.integer("--token-cap", 50000);
-  if (args.integer("--seed", 0) < 0) throw usage_error("option --seed: expected an integer >= 0, got " + *args.value("--seed"));
-  params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  params.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 0, std::numeric_limits<long long>::max()));
   params.report_errors = !args.flag("--no-errors");
   const long long max_iter = args.integer("--max-iter", 100);
   params.max_iterations = max_iter > 1000000000 ? 1000000000 : static_cast<int>(max_iter);
@@ -109,6 +109,30 @@ int run_merge(const arguments& args, output_files& outputs) {
     g = merge::detail::checked_group_count("merge", make_vector_view<const std::int64_t>(groups.data(), static_cast<index_t>(groups.size())), e);
   } catch (const invalid_argument& err) {
     throw usage_error(name_the_merge_option(err.what()));
+  }
+  // HC-SMoE's frequency merge divides by the group's total frequency (plus an epsilon): a group whose experts
+  // the router never picks comes out all zeros. That is no merge of them, so it is refused, naming the group.
+  if (params.method == merge::merge_method::frequency) {
+    std::vector<double> f = frequencies;
+    if (f.empty() && router.rows() == e && x.rows() > 0 && router.cols() == d && x.cols() == d) {
+      host_vector<double> counted(e);
+      merge::routing_frequencies<T>(make_context(args), params.frequency_top_k, x.const_view(), router.const_view(),
+                                    counted.view());
+      f.assign(counted.data(), counted.data() + e);
+    }
+    if (static_cast<index_t>(f.size()) == e) {
+      std::vector<double> total(static_cast<std::size_t>(g), 0.0);
+      for (index_t k = 0; k < e; ++k) total[static_cast<std::size_t>(groups[static_cast<std::size_t>(k)])] += f[static_cast<std::size_t>(k)];
+      for (index_t k = 0; k < g; ++k)
+        if (total[static_cast<std::size_t>(k)] == 0.0) {
+          std::string members;
+          for (index_t m = 0; m < e; ++m)
+            if (groups[static_cast<std::size_t>(m)] == k) members += (members.empty() ? "" : ", ") + std::to_string(m);
+          throw usage_error(std::string("option ") + (frequencies.empty() ? "--inputs" : "--frequencies") + ": group " +
+                            std::to_string(k) + " (experts " + members + ") has total routing frequency 0, and the " +
+                            "frequency merge would make it all zeros; use --method average, or frequencies > 0");
+        }
+    }
   }
   const merge::router_rule rule = merge::resolve_router_rule(params, router.rows() > 0);
   host_matrix<T> o1(g * d_ff, d), o3(w3.count ? g * d_ff : 0, d), o2(g * d, d_ff);

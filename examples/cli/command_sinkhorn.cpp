@@ -80,10 +80,13 @@ int run_sinkhorn(const arguments& args, output_files& outputs, const std::vector
                    .add("marginal_error", result.criterion)
                    .add("seconds", seconds),
                   result.status, "sinkhorn",
-                  result.status == moecomp::status::numerical_error
-                      ? "the kernel exp(-M / reg) under- or overflows at this --reg; --method log (or stabilized) "
-                        "is stable for any reg"
-                      : "more --max-iter or a larger --tol");
+                  result.status != moecomp::status::numerical_error ? "more --max-iter or a larger --tol"
+                  : params.method == ot::sinkhorn_method::log
+                      ? "the log-domain iterations failed at this --reg; a larger --reg, or check M for huge values"
+                  : params.method == ot::sinkhorn_method::plain
+                      ? "the kernel exp(-M / reg) under- or overflows at this --reg; --method log is stable for any reg"
+                      : "the kernel exp(-M / reg) under- or overflows at this --reg even with absorption; --method log "
+                        "is stable for any reg");
 }
 
 int sinkhorn(const arguments& args, output_files& outputs) {

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
       return c.run(parsed, outputs);
     } catch (const usage_error& e) {
       return fail(2, e.what());
+    } catch (const numerical_failure& e) {
+      return fail(exit_numerical_failure, e.what());
     } catch (const moecomp::invalid_argument& e) {
       return fail(2, e.what());
     } catch (const moecomp::io_error& e) {
