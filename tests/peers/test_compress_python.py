@@ -29,7 +29,7 @@ For each method and option set:
   --top-k E it is 0 up to rounding; the FLOPs model is the closed form.
 * The checkpoint is the same bytes with and without the huge-page restart (MOECOMP_HUGEPAGES=0).
 * Without calibration tokens hc-smoe runs from weights and reports no error.
-* An interrupted run (SIGINT while layer 2 runs) and a run failing at layer 4 (calibration without
+* An interrupted run (SIGINT while layer 2 runs: ended by the signal) and a run failing at layer 4 (calibration without
   layers.3.moe_input) leave no OUT_DIR and no temporary directory.
 * Bad input: exit 2, one "moecomp: error:" line naming the problem, no OUT_DIR.
 
@@ -480,8 +480,8 @@ def main():
                 sent = True
         p.wait()
         leftovers = [f for f in os.listdir(tmp) if ".moecomp-tmp-" in f]
-        c.check("interrupted at layer 2: exit 130, no OUT_DIR, no temporary directory",
-                sent and p.returncode == 130 and not os.path.exists(out) and not leftovers,
+        c.check("interrupted at layer 2: ended by SIGINT (the shell's 130), no OUT_DIR, no temporary directory",
+                sent and p.returncode == -signal.SIGINT and not os.path.exists(out) and not leftovers,
                 f"exit {p.returncode}, leftovers {leftovers}")
 
         # A failure at the last layer: the calibration file lacks layers.3.moe_input.
