@@ -11,7 +11,6 @@ import json
 import os
 import sys
 
-import torch
 
 from . import capture, load_embedded, set_blas_threads, windows, write_calibration
 from .safetensors_io import dtype_name
