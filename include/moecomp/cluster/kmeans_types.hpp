@@ -44,7 +44,7 @@ inline kmeans_init parse_kmeans_init(std::string_view name) {
 ///    problem of each centre's column replicated n / k times, solved on the device by the auction
 ///    (<moecomp/cuda/ot/auction_assignment.cuh>): within a reported bound of the optimum, not exact
 ///    (kmeans_result::assignment_bound). Unequal bounds, or a replicated cost over 2 GiB (n > 16384), run
-///    the network simplex instead. Compiled, not run on hardware (docs/kmeans.md, "Device").
+///    the network simplex instead (docs/kmeans.md, "Device"; run on a GPU or not: docs/cuda.md, "Status on hardware").
 enum class kmeans_balanced_solver { network_simplex, device_auction };
 
 inline const char* to_string(kmeans_balanced_solver s) noexcept {

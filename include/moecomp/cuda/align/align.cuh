@@ -76,10 +76,8 @@
 // size queries, which read the device's properties). The values of p given to permute_neurons are not checked:
 // it must be a permutation of 0..d_ff-1. The weights are not checked for finiteness (device memory).
 //
-// Hardware: align_rows, align_activations, pearson_correlation, align_experts and align_stack are COMPILED, NOT
-// RUN ON HARDWARE: nvcc builds them for sm_80 and sm_90; tests/cuda/test_align_cuda.cu is written, not run on a
-// GPU (only its argument checks, which need none, have run). permute_neurons: tests/cuda/test_merge_cuda.cu
-// passes on an H100 (2026-11-26); see docs/cuda.md.
+// Tests: tests/cuda/test_align_cuda.cu; permute_neurons: tests/cuda/test_merge_cuda.cu. Whether they have run
+// on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

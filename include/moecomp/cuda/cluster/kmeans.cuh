@@ -19,8 +19,8 @@
 // epsilon), relative to max(1, cost), in assignment_bound: the step is within that bound of the optimum,
 // not exact, so labels can differ from the host's where assignments are that close. Unequal bounds, and
 // equal ones whose replicated cost would exceed 2 GiB of doubles (n > 16384), run the host network simplex
-// instead (assignment_bound then 0). The device auction step is COMPILED, NOT RUN ON HARDWARE, and its
-// speed is unmeasured (docs/kmeans.md, "Device").
+// instead (assignment_bound then 0). The device auction step's speed is unmeasured (docs/kmeans.md,
+// "Device").
 //
 // Agreement with the host: the same draws (random rows: identical starts; k-means++: the potentials and
 // running sums come from CUB reductions and scans, whose rounding differs from the host's sequential sums,
@@ -45,9 +45,7 @@
 // bit-identical from run to run there.
 // Limits: n and d at most 2^31 - 1.
 //
-// Hardware: its tests (tests/cuda/test_kmeans_cuda.cu) pass on an H100 (2026-11-26), except the
-// device-auction step's case, written since: compiled, not run on hardware. sm_80 compiled, not run. See
-// docs/cuda.md.
+// Tests: tests/cuda/test_kmeans_cuda.cu. Which of its cases have run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/cluster/kmeans_types.hpp>
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>

@@ -12,8 +12,7 @@
 // groups' keys masked to 0.0 as HF's routers do, then top_k rounds, the weights from the uncorrected scores
 // normalised with + 1e-20 and scaled as on the host (the group score, the masking and the weight rule are
 // gating/detail/routing_rules.hpp's functions, which the host's group_limited runs too). Cost per token of
-// the group rules: n_group + topk_group + top_k warp reductions. The group rules were written after the
-// hardware run below: compiled, not run on hardware.
+// the group rules: n_group + topk_group + top_k warp reductions.
 // make_dispatch_plan: a stable cub::DeviceRadixSort of the flat ids (end_bit = ceil(log2(E + 1))),
 // cub::DeviceHistogram counts, cub::DeviceScan offsets, a scatter kernel with the capacity, a kernel for the
 // per-block expert ids; no hand-written sort or scan.
@@ -23,8 +22,7 @@
 // num_tokens_post_pad). Workspace: make_dispatch_plan's from dispatch_plan_workspace_size, or ctx's
 // allocator. Determinism: no floating-point atomics; the combine sums each token's slots in order.
 //
-// Hardware: tests/cuda/test_gating_cuda.cu passes on an H100 (2026-11-26); sm_80 compiled, not run. See
-// docs/cuda.md.
+// Tests: tests/cuda/test_gating_cuda.cu. Which of its cases have run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/gating/dispatch_types.hpp>

@@ -8,7 +8,7 @@
 //   merge_learned   the fourth paper's learned merge of one group (merge_method::learned), below;
 //   merge_experts   the whole layer (the host's merge_experts on device views: every method, the router rules, the
 //                   map, the merge errors), at the end of this file.
-// merge_fix_dom, merge_learned and merge_experts are compiled for sm_80 and sm_90 and have NOT run on hardware.
+// Tests: tests/cuda/test_merge_cuda.cu. Which of these have run on a GPU: docs/cuda.md, "Status on hardware".
 //
 // ---- merge_weighted
 //
@@ -29,8 +29,8 @@
 // Checks: shapes, ids, finite coefficients and n on the host; the permutations' values are not checked (they
 // are in device memory): entries outside [0, d_ff) read out of bounds.
 //
-// Hardware: tests/cuda/test_merge_cuda.cu's merge_weighted cases pass on an H100 (2026-11-26; docs/cuda.md); the
-// per-element sum (core/detail/expert_gather.hpp) is exercised on the host by tests/test_merge.cpp.
+// Tests: tests/cuda/test_merge_cuda.cu's merge_weighted cases; the per-element sum
+// (core/detail/expert_gather.hpp) is exercised on the host by tests/test_merge.cpp.
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
@@ -143,8 +143,7 @@ void merge_weighted(const cuda_context& ctx, const moe::ffn_expert_stack_device_
 // distinct ids in range), the dominant a member, x's columns, the token ids in [0, T), matches' shape,
 // params.forward, token_cap >= 0, correlation_epsilon >= 0, cuBLAS's int limits.
 //
-// Hardware: compiled for sm_80 and sm_90, not run on hardware (tests/cuda/test_merge_cuda.cu's fix-dom cases
-// are written, not run).
+// Tests: tests/cuda/test_merge_cuda.cu's fix-dom cases.
 
 
 /// Workspace bytes of the device merge_fix_dom of a group of `members` experts of d x d_ff (gated or not),
@@ -240,8 +239,7 @@ merge_report merge_fix_dom(const cuda_context& ctx, const merge_params& params,
 // Checks: as merge_fix_dom, plus weights' shape and values (finite, >= 0), max_iterations >= 1 and
 // learned_tolerance >= 0.
 //
-// Hardware: compiled for sm_80 and sm_90, not run on hardware (tests/cuda/test_merge_cuda.cu's learned case is
-// written, not run).
+// Tests: tests/cuda/test_merge_cuda.cu's learned case.
 
 
 /// Workspace bytes of the device merge_learned of a group of `members` experts of d x d_ff (gated or not),
@@ -332,8 +330,7 @@ merge_report merge_learned(const cuda_context& ctx, const merge_params& params,
 // at most 64 members per group; E <= 512 when the tokens are routed; cuBLAS's int limits; outputs not
 // overlapping the inputs.
 //
-// Hardware: compiled for sm_80 and sm_90, not run on hardware (tests/cuda/test_merge_cuda.cu's merge_experts
-// cases are written, not run; their argument-check case runs without a GPU).
+// Tests: tests/cuda/test_merge_cuda.cu's merge_experts cases (the argument-check case needs no GPU).
 
 /// Workspace bytes of the device merge_experts on these shapes: only the shapes of experts and data (x's rows,
 /// whether a router is given) and the host labels are read.

@@ -20,7 +20,7 @@
 // one stream.
 // Checks: shapes as on the host (plus cuBLAS's int limits on d, d_ff and row strides); values are not checked.
 //
-// Hardware: tests/cuda/test_moe_expert_cuda.cu passes on an H100 (2026-11-26); see docs/cuda.md.
+// Tests: tests/cuda/test_moe_expert_cuda.cu. Whether it has run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

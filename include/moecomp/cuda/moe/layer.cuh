@@ -34,8 +34,7 @@
 // Checks: the host's (shapes, the map's range, the routing parameters), plus cuBLAS's int limits and at most
 // 512 router experts (the device routing's bound); values are not checked.
 //
-// Hardware: compiled (sm_80, sm_90), not run on hardware: tests/cuda/test_moe_expert_cuda.cu's layer cases were
-// written after the H100 run (docs/cuda.md).
+// Tests: tests/cuda/test_moe_expert_cuda.cu's layer cases. Whether they have run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

@@ -24,8 +24,7 @@
 // Determinism: no atomics; fixed orders; cuBLAS and CUB reductions are run-to-run deterministic on one GPU.
 // Limits: n, d and (gram route) n^2 at most 2^31 - 1.
 //
-// Hardware: tests/cuda/test_cka_cuda.cu passes on an H100 (2026-11-26); sm_80 compiled, not run. See
-// docs/cuda.md.
+// Tests: tests/cuda/test_cka_cuda.cu. Whether it has run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/similarity/cka_types.hpp>

@@ -23,7 +23,7 @@
 // Checks: parameters and shapes on the host, as the host's; the VALUES are not checked on the device (the host
 // refuses non-finite values; here a NaN competes by its bits, above infinity).
 //
-// Hardware: compiled for sm_80 and sm_90 (tests/cuda/test_sparse_cuda.cu); NOT run on a GPU yet.
+// Tests: tests/cuda/test_sparse_cuda.cu. Whether it has run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

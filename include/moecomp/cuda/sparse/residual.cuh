@@ -29,7 +29,7 @@
 // first, as view_sparse_sections and the file reader do) and the permutation's values are not checked (they
 // are device memory): entries outside [0, rows) read out of bounds.
 //
-// Hardware: compiled for sm_80 and sm_90 (tests/cuda/test_sparse_cuda.cu); NOT run on a GPU yet.
+// Tests: tests/cuda/test_sparse_cuda.cu. Whether it has run on a GPU: docs/cuda.md, "Status on hardware".
 #include <moecomp/core/error.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
