@@ -39,7 +39,8 @@
 // moecomp's generator (params.seed, stream = the group id). Cost: average, frequency, uniform, dominant O(E d d_ff);
 // aligned adds one alignment per member (docs/align.md); fix_dom 2 T d d_ff (2 or 3) flops per member for the
 // activations plus 2 T d_ff^2 per non-dominant member for the correlations; learned 2 T d d_ff (2 or 3) per
-// member once, then about 8 T d d_ff flops per iteration. Host only for now.
+// member once, then about 8 T d d_ff flops per iteration. The device overloads (merge_experts on device views, and
+// the per-group merge_weighted, merge_fix_dom and merge_learned) are in <moecomp/cuda/merge/merge.cuh>.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

@@ -15,7 +15,8 @@
 // double weights are used in place (any row stride). The path depends on the token count only.
 // Precision: float accumulation for float, bfloat16 and half storage; double for double. Deterministic:
 // bit-identical at any thread count (fixed tiles, single-threaded GEMMs). Cost: 2 n d d_ff (2 or 3) flops.
-// Host only for now.
+// The device overloads (ffn_forward, ffn_hidden, ffn_stack_forward on device views) are in
+// <moecomp/cuda/moe/expert.cuh>.
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>

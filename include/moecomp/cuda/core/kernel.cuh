@@ -14,8 +14,9 @@
 // so the translation units of one binary that include moecomp device headers should be compiled for the
 // same set of CUDA architectures (-arch / CMAKE_CUDA_ARCHITECTURES).
 //
-// Every kernel is a template, so a translation unit that includes a header and launches nothing
-// instantiates (and warns about) nothing.
+// Most kernels are templates, instantiated only where launched; the small bookkeeping kernels (index fills,
+// the auction's phase steps, the dispatch plan's scatter) are not, so a translation unit that includes their
+// header compiles them even if it launches nothing.
 #include <moecomp/core/views.hpp>
 #include <moecomp/cuda/core/error.cuh>
 
