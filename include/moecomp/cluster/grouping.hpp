@@ -80,6 +80,23 @@ inline void group_members(const host_context& ctx, vector_view<const std::int64_
   for (index_t p = 0; p < n; ++p) members[counts[static_cast<std::size_t>(labels[p])]++] = p;
 }
 
+/// The same representatives from the items' condensed Euclidean distances (scipy's pdist order, n(n-1)/2
+/// entries) instead of their features, for features too large to hold (an expert's flattened weights): the
+/// member nearest the group's mean feature is the member with the least sum of squared distances to the group's
+/// members, since ||f_i - mean||^2 = (1/|G|) sum_j ||f_i - f_j||^2 - (a constant of the group). Lowest index on
+/// ties. Sums in double; O(n^2) time. Equal to group_representatives on the features up to rounding.
+inline void group_representatives_from_distances(const host_context& ctx, vector_view<const double> condensed,
+                                                 vector_view<const std::int64_t> labels,
+                                                 vector_view<index_t> representatives) {
+  const index_t n = labels.size();
+  MOECOMP_EXPECTS(condensed.size() == n * (n - 1) / 2, "group_representatives_from_distances: condensed must have ",
+                  "n (n - 1) / 2 = ", n * (n - 1) / 2, " entries for the ", n, " labels, got ", condensed.size());
+  const index_t k = detail::check_grouping(ctx, labels, "group_representatives_from_distances");
+  MOECOMP_EXPECTS(representatives.size() == k, "group_representatives_from_distances: representatives must have k = ",
+                  k, " elements (one per group of labels), got ", representatives.size());
+  detail::representatives_from_condensed(ctx, condensed, labels, representatives);
+}
+
 /// HC-SMoE's representative ("dominant") member of each group: representatives[g] = the item p of group g
 /// whose feature row is nearest to the group's mean feature (Euclidean distance; means and squared
 /// distances accumulated in double), the lowest index on ties. features: n x d (float, double, bfloat16 or

@@ -281,6 +281,54 @@ struct safetensors_entry {
   }
 };
 
+/// Whether moecomp writes computed values (merged experts, router rows) as `dtype`: F32, F64, BF16, F16.
+inline bool is_float_storage(safetensors_dtype dtype) noexcept {
+  return dtype == safetensors_dtype::f32 || dtype == safetensors_dtype::f64 || dtype == safetensors_dtype::bf16 ||
+         dtype == safetensors_dtype::f16;
+}
+
+/// Appends `count` floats at `values` to `out` as the bytes of a `dtype` tensor (little-endian): F32 as they
+/// are, F64 widened exactly, BF16 and F16 rounded once to nearest even (moecomp's bfloat16 and half).
+/// invalid_argument for a dtype that is_float_storage refuses.
+inline void append_encoded(const float* values, std::size_t count, safetensors_dtype dtype,
+                           std::vector<unsigned char>& out) {
+  MOECOMP_EXPECTS(is_float_storage(dtype), "append_encoded: dtype must be F32, F64, BF16 or F16, got ",
+                  to_string(dtype));
+  const std::size_t at = out.size();
+  out.resize(at + item_size(dtype) * count);
+  unsigned char* to = out.data() + at;
+  switch (dtype) {
+    case safetensors_dtype::f32: std::memcpy(to, values, 4 * count); return;
+    case safetensors_dtype::f64:
+      for (std::size_t i = 0; i < count; ++i) {
+        const double v = values[i];
+        std::memcpy(to + 8 * i, &v, 8);
+      }
+      return;
+    case safetensors_dtype::bf16:
+      for (std::size_t i = 0; i < count; ++i) {
+        const bfloat16 v(values[i]);
+        std::memcpy(to + 2 * i, &v, 2);
+      }
+      return;
+    default:
+      for (std::size_t i = 0; i < count; ++i) {
+        const half v(values[i]);
+        std::memcpy(to + 2 * i, &v, 2);
+      }
+      return;
+  }
+}
+
+/// Rounds `count` floats at `values` in place to what `dtype` stores (BF16, F16: once, to nearest even; other
+/// dtypes: unchanged), so that what a caller computes from them is what the written tensor holds.
+inline void round_to_storage(float* values, std::size_t count, safetensors_dtype dtype) noexcept {
+  if (dtype == safetensors_dtype::bf16)
+    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>(bfloat16(values[i]));
+  else if (dtype == safetensors_dtype::f16)
+    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<float>(half(values[i]));
+}
+
 namespace detail {
 
 /// Checks the entries (invalid_argument naming `function`) and lays them out as the reference's writer

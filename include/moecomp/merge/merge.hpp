@@ -94,6 +94,24 @@ inline void dominant_experts(vector_view<const std::int64_t> groups, vector_view
   for (index_t k = 0; k < g; ++k) dominants[k] = detail::most_frequent(members[static_cast<std::size_t>(k)], f);
 }
 
+/// A per-expert router bias (E entries: Switch's classifier bias, DeepSeek-V3's selection correction) merged as
+/// the router rows are: merged[k] = sum over group k's members e of coefficients[e] * bias[e], in double in
+/// member order, rounded once to float. coefficients: merge_report::coefficients (E entries); merged: g.
+inline void merge_router_bias(vector_view<const std::int64_t> groups, const std::vector<double>& coefficients,
+                              vector_view<const float> bias, vector_view<float> merged) {
+  constexpr const char* fn = "merge_router_bias";
+  const index_t E = groups.size();
+  const index_t g = detail::checked_group_count(fn, groups, E);
+  MOECOMP_EXPECTS(static_cast<index_t>(coefficients.size()) == E && bias.size() == E, fn,
+                  ": coefficients and bias must have one entry per expert (", E, "), got ", coefficients.size(),
+                  " and ", bias.size());
+  MOECOMP_EXPECTS(merged.size() == g, fn, ": merged must have ", g, " entries (one per group), got ", merged.size());
+  std::vector<double> sum(static_cast<std::size_t>(g), 0.0);
+  for (index_t e = 0; e < E; ++e)
+    sum[static_cast<std::size_t>(groups[e])] += coefficients[static_cast<std::size_t>(e)] * static_cast<double>(bias[e]);
+  for (index_t k = 0; k < g; ++k) merged[k] = static_cast<float>(sum[static_cast<std::size_t>(k)]);
+}
+
 /// Merges each group of `experts` into one (see above). Throws invalid_argument for misuse: groups not covering
 /// 0..g-1, shapes that disagree, negative or non-finite frequencies, a dominant outside its group, a method
 /// without the data it needs (fix_dom and learned need x; frequency needs frequencies, or a router and x), a

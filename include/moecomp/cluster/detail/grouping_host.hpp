@@ -40,6 +40,30 @@ inline index_t check_grouping(const host_context& ctx, vector_view<const std::in
   return k;
 }
 
+/// group_representatives_from_distances after its checks: for each item the sum of squared distances to its
+/// group's members (in item order), the least per group kept, ties to the lower index.
+inline void representatives_from_condensed(const host_context& ctx, vector_view<const double> condensed,
+                                           vector_view<const std::int64_t> labels, vector_view<index_t> representatives) {
+  const index_t n = labels.size(), k = representatives.size();
+  auto distance = [&](index_t a, index_t b) {
+    if (a == b) return 0.0;
+    const index_t i = a < b ? a : b, j = a < b ? b : a;
+    return condensed[n * i - i * (i + 1) / 2 + (j - i - 1)];  // scipy's condensed index of (i, j), i < j
+  };
+  host_workspace<double> best(ctx, static_cast<std::size_t>(k));
+  for (index_t g = 0; g < k; ++g) representatives[g] = -1;
+  for (index_t i = 0; i < n; ++i) {
+    const std::int64_t g = labels[i];
+    double sum = 0;
+    for (index_t j = 0; j < n; ++j)
+      if (labels[j] == g) sum += distance(i, j) * distance(i, j);
+    if (representatives[g] < 0 || sum < best[static_cast<std::size_t>(g)]) {
+      representatives[g] = i;
+      best[static_cast<std::size_t>(g)] = sum;
+    }
+  }
+}
+
 template <class T>
 double feature_as_double(T value) noexcept {
   if constexpr (std::is_arithmetic_v<T>)

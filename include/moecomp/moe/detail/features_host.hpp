@@ -107,6 +107,47 @@ void router_logits_host(const host_context& ctx, matrix_view<const A> x, matrix_
   });
 }
 
+/// expert_weight_distances after its checks.
+inline void expert_weight_distances_host(const host_context& ctx, const ffn_expert_stack_view<float>& stack,
+                                         vector_view<double> distances) {
+  const index_t E = stack.experts(), pairs = E * (E - 1) / 2;
+  struct piece {
+    const float* data;
+    index_t size;  // entries per expert
+  };
+  std::vector<piece> pieces;  // vectorized_weights' order: W1, W2, W3
+  for (const auto* v : {&stack.w1, &stack.w2, &stack.w3})
+    if (!v->empty()) pieces.push_back({v->data(), v->rows() * v->cols()});
+  constexpr index_t chunk = index_t{1} << 14;
+  std::vector<index_t> first_chunk{0};  // chunk numbers where each piece starts
+  for (const piece& p : pieces) first_chunk.push_back(first_chunk.back() + (p.size + chunk - 1) / chunk);
+  const index_t chunks = first_chunk.back();
+  std::vector<double> partial(static_cast<std::size_t>(chunks * pairs));
+  moecomp::detail::parallel_for(chunks, ctx.threads(), [&](index_t c, int) {
+    std::size_t k = 0;
+    while (c >= first_chunk[k + 1]) ++k;
+    const piece& p = pieces[k];
+    const index_t begin = (c - first_chunk[k]) * chunk, end = std::min(p.size, begin + chunk);
+    double* out = partial.data() + c * pairs;
+    index_t pair = 0;
+    for (index_t a = 0; a < E; ++a)
+      for (index_t b = a + 1; b < E; ++b, ++pair) {
+        const float* x = p.data + a * p.size;
+        const float* y = p.data + b * p.size;
+        double sum = 0;
+        for (index_t j = begin; j < end; ++j) {
+          const double diff = static_cast<double>(x[j]) - static_cast<double>(y[j]);
+          sum += diff * diff;
+        }
+        out[pair] = sum;
+      }
+  });
+  for (index_t pair = 0; pair < pairs; ++pair) distances[pair] = 0.0;
+  for (index_t c = 0; c < chunks; ++c)
+    for (index_t pair = 0; pair < pairs; ++pair) distances[pair] += partial[static_cast<std::size_t>(c * pairs + pair)];
+  for (index_t pair = 0; pair < pairs; ++pair) distances[pair] = std::sqrt(distances[pair]);
+}
+
 }  // namespace detail
 }  // namespace moe
 MOECOMP_NAMESPACE_END
