@@ -1,0 +1,193 @@
+#pragma once
+// The compression pipeline as a library (what `moecomp compress` runs): a Hugging Face MoE checkpoint compressed
+// one MoE layer at a time with HC-SMoE, the fourth paper's CKA merge, ResMoE or expert pruning, or a dense
+// checkpoint's FFNs split into experts (moefy). Needs nlohmann-json (the safetensors reader's). Host only.
+// Documentation: docs/compress.md.
+//
+//   resolved_params(params, model, calibrated, expert_dtype)  every "auto" settled, every rule between the fields
+//                                                             checked once, before any layer is loaded
+//   compress_layer(ctx, params, model, weights, x, dtypes, report)
+//                                                             one layer: pure, no files; the new layer and its
+//                                                             output error on the tokens x in the report
+//   compress_checkpoint(ctx, params, checkpoint, model, layout, config_text, calibration, writer, dense_writer,
+//                       observer)                             every layer, written shard by shard to `writer`
+//                                                             (io::safetensors_sharded_writer); the other tensors;
+//                                                             the output's config.json text in the report
+//   compress_dense_checkpoint(...)                            the same for moefy on a dense checkpoint
+//   report_json(report, model, calibration, seconds, peak_rss_bytes)
+//                                                             the report as compression_report.json holds it
+//
+// Example: the embedded model to 4 experts per layer with HC-SMoE, into an existing directory `out`:
+//
+//   namespace io = moecomp::io; namespace model = moecomp::model; namespace compress = moecomp::compress;
+//   auto layouts = model::read_checkpoint_layouts("layouts");
+//   const std::string config = model::read_text_file("models/tiny-moe/config.json");
+//   io::safetensors_checkpoint checkpoint = io::open_safetensors_checkpoint("models/tiny-moe");
+//   const model::moe_model m = model::describe_moe_model(layouts, config, checkpoint);
+//   io::safetensors_file calibration = io::read_safetensors("models/tiny-moe/calibration.safetensors");
+//   compress::compress_params p;
+//   p.method = compress::method::hc_smoe;
+//   p.experts = 4;
+//   p = compress::resolved_params(p, m, /*calibrated=*/true, compress::expert_dtype_of(checkpoint, m));
+//   io::safetensors_sharded_writer writer("out", "model");
+//   const compress::checkpoint_report r = compress::compress_checkpoint(
+//       moecomp::host_context{}, p, checkpoint, m, compress::layout_of(layouts, m), config, &calibration, writer,
+//       nullptr, {});
+//   // r.ok(): out/ holds the shards; write r.config_json as out/config.json.
+//
+// Determinism: the same inputs and seed give bit-identical checkpoints at any thread count (each step's own
+// contract: docs of cluster, similarity, merge, ot, sparse). The float32 computation rounds every written tensor
+// once to the checkpoint's dtype.
+#include <moecomp/compress/compress_types.hpp>
+#include <moecomp/compress/detail/compress_checkpoint.hpp>
+#include <moecomp/compress/detail/compress_layer.hpp>
+#include <moecomp/compress/detail/compress_params.hpp>
+#include <moecomp/compress/detail/moefy.hpp>
+#include <moecomp/compress/detail/report_json.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace compress {
+
+/// The dtype the checkpoint stores the model's experts in (the first MoE layer's down projection).
+inline io::safetensors_dtype expert_dtype_of(const io::safetensors_checkpoint& checkpoint, const model::moe_model& m) {
+  MOECOMP_EXPECTS(!m.layers.empty(), "expert_dtype_of: the model has no MoE layer");
+  const model::moe_layer_names& first = m.layers.front();
+  return checkpoint.info(first.fused() ? first.fused_down : first.down.front()).dtype;
+}
+
+/// The layout of `layouts` that describe_moe_model chose for `m`; invalid_argument if none is.
+inline const model::checkpoint_layout& layout_of(const std::vector<model::checkpoint_layout>& layouts,
+                                                 const model::moe_model& m) {
+  for (const auto& l : layouts)
+    if (l.source == m.layout_source) return l;
+  MOECOMP_FAIL(error_kind::invalid_argument, "layout_of: no layout of the list is the model's ('", m.layout_source, "')");
+}
+
+/// The default experts per layer: half the experts, at least top-k, and for a group-limited router (DeepSeek-V2/V3
+/// with n_group > 1) and a method that drops router rows, the smallest count from there up that the router can
+/// route (a multiple of n_group whose topk_group kept groups hold top-k experts; V3's group score needs two a group).
+inline index_t resolved_experts(method how, const model::moe_model& m) {
+  return detail::default_experts(how, m);
+}
+
+/// `params` with every "auto" settled for the MoE model `m`, its calibration tokens (calibrated) and the experts'
+/// dtype; invalid_argument naming the field (params.experts, params.merge, ...) for a value the method cannot
+/// use: experts outside [1, E] (fewer than top-k where router rows are dropped, or a count a group-limited router
+/// cannot route), a merge of the other method, a similarity or features that need calibration tokens without
+/// them, keep outside (0, 1], the 2:4 format, a method that is moefy (use resolved_dense_params).
+inline compress_params resolved_params(const compress_params& params, const model::moe_model& m, bool calibrated,
+                                       io::safetensors_dtype expert_dtype) {
+  return detail::resolve_moe_params(params, m, calibrated, expert_dtype);
+}
+
+/// moefy's `params` settled for the dense model `m`: experts (0: experts of 32 neurons; else a divisor of the
+/// FFN's neurons), top_k (0: max(1, E / 4)), restarts >= 1, max_iterations (0: 300); invalid_argument otherwise.
+inline compress_params resolved_dense_params(const compress_params& params, const model::dense_model& m) {
+  return detail::resolve_dense_params(params, m);
+}
+
+/// The dtypes a layer's computed tensors are stored in; compress_layer rounds each to its dtype before measuring,
+/// so the error is the written checkpoint's. F32 (the default) leaves values as computed.
+struct storage_dtypes {
+  io::safetensors_dtype experts = io::safetensors_dtype::f32;
+  io::safetensors_dtype router = io::safetensors_dtype::f32;
+  io::safetensors_dtype router_bias = io::safetensors_dtype::f32;
+  io::safetensors_dtype correction_bias = io::safetensors_dtype::f32;
+};
+
+/// One MoE layer compressed by `params` (resolved): the new layer, rounded to `dtypes`, and in `report` its
+/// method's record, the steps' times and its output error on the tokens x (T x H; 0 rows: no tokens, error NaN).
+/// Pure: no files. `observer.step` hears each step (layer number 0 of 1).
+inline compressed_layer compress_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                       const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                                       const storage_dtypes& dtypes, layer_report& report,
+                                       const compress_observer& observer = {}) {
+  MOECOMP_EXPECTS(params.method != method::moefy, "compress_layer: params.method must be a method for MoE layers, got moefy");
+  MOECOMP_EXPECTS(w.experts == m.num_experts && x.cols() == w.d_model, "compress_layer: the weights must be the model's ",
+                  "layer (", m.num_experts, " experts) and x must have ", w.d_model, " columns, got ", w.experts, " and ",
+                  x.cols());
+  MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= w.experts,
+                  "compress_layer: params must be resolved (resolved_params), got params.experts ", params.experts);
+  const auto t0 = std::chrono::steady_clock::now();
+  const detail::step_timer timed(observer, 0, 1, report.layer, report);
+  compressed_layer c = detail::compress_layer_host(ctx, params, m, w, x, dtypes.experts, timed, report);
+  detail::round_layer_to_storage(c, dtypes.experts, dtypes.router, dtypes.router_bias, dtypes.correction_bias);
+  timed("error", [&] { report.output_relative_error = detail::layer_error(ctx, m, w, c, x); });
+  report.experts = static_cast<index_t>(c.slots.size());
+  report.distinct_experts = params.method == method::prune || c.resmoe ? report.experts : c.stack_experts;
+  report.calibration_tokens = x.rows();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return c;
+}
+
+/// || y - y' ||_F / || y ||_F: the output of the layer `c` against the original's on x (0 rows: NaN), both through
+/// moe::moe_layer_forward with the model's routing (shared experts included).
+inline double layer_output_error(const host_context& ctx, const model::moe_model& m,
+                                 const model::moe_layer_weights<float>& w, const compressed_layer& c,
+                                 matrix_view<const float> x) {
+  return detail::layer_error(ctx, m, w, c, x);
+}
+
+/// Every MoE layer of `checkpoint` (described by `m`, its layout `layout`, its config.json text) compressed by
+/// `params` (resolved) and written to `writer`, one shard per layer in the input's names and dtypes (the fused
+/// layout as it is read), then a shard of every other tensor unconverted; `writer` is finished. With
+/// params.restore_dense (resmoe), `dense_writer` receives an ordinary checkpoint of the restored experts.
+/// calibration: the file with each layer's `layers.{i}.moe_input` (null: none). One layer is in memory at a time.
+/// The report: each layer's, the totals, and the output's config.json text. A layer whose output error is not
+/// finite stops the run (status numerical_error); the observer's stop, too (cancelled). Then the writer is not
+/// finished and removes its shards when destroyed. io_error for a layer's bad tensor or calibration (the loader's
+/// and read_calibration_tokens' checks).
+inline checkpoint_report compress_checkpoint(const host_context& ctx, const compress_params& params,
+                                             const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                             const model::checkpoint_layout& layout, const std::string& config_text,
+                                             const io::safetensors_file* calibration, io::safetensors_sharded_writer& writer,
+                                             io::safetensors_sharded_writer* dense_writer = nullptr,
+                                             const compress_observer& observer = {}) {
+  MOECOMP_EXPECTS(params.method != method::moefy,
+                  "compress_checkpoint: params.method must be a method for MoE checkpoints, got moefy "
+                  "(compress_dense_checkpoint splits dense ones)");
+  MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= m.num_experts,
+                  "compress_checkpoint: params must be resolved (resolved_params), got params.experts ", params.experts);
+  MOECOMP_EXPECTS(!params.restore_dense || dense_writer != nullptr,
+                  "compress_checkpoint: params.restore_dense needs a dense_writer");
+  detail::check_checkpoint_dtypes(checkpoint, m);
+  return detail::compress_checkpoint_host(ctx, params, checkpoint, m, layout, config_text, calibration, writer,
+                                          params.restore_dense ? dense_writer : nullptr, observer);
+}
+
+/// moefy: every dense FFN of `checkpoint` split into params.experts equal experts (params resolved by
+/// resolved_dense_params), written as the same architecture with each FFN's neurons permuted so that expert e is
+/// neurons [e s, (e + 1) s) (a lossless rewrite), plus per layer the MoEfication router
+/// (`PREFIX.moefy.router.weight`, E x H, in the gate's dtype) and the permutation (`PREFIX.moefy.permutation`,
+/// I32). The report gives each FFN's top-k output error on the calibration tokens and the FLOPs model.
+inline checkpoint_report compress_dense_checkpoint(const host_context& ctx, const compress_params& params,
+                                                   const io::safetensors_checkpoint& checkpoint, const model::dense_model& m,
+                                                   const std::string& config_text, const io::safetensors_file* calibration,
+                                                   io::safetensors_sharded_writer& writer,
+                                                   const compress_observer& observer = {}) {
+  MOECOMP_EXPECTS(params.method == method::moefy, "compress_dense_checkpoint: params.method must be moefy, got ",
+                  to_string(params.method));
+  MOECOMP_EXPECTS(params.experts >= 1 && m.ffn_size % params.experts == 0 && params.top_k >= 1 &&
+                      params.top_k <= params.experts,
+                  "compress_dense_checkpoint: params must be resolved (resolved_dense_params)");
+  for (const model::dense_layer_names& n : m.layers)
+    for (const std::string& name : n.tensor_names()) detail::require_float_dtype(checkpoint.info(name).dtype, name);
+  return detail::compress_dense_checkpoint_host(ctx, params, checkpoint, m, config_text, calibration, writer, observer);
+}
+
+/// The report as `compression_report.json` holds it (and `moecomp compress --json` prints it): moecomp's version,
+/// the method, `model` (the input's path as given), the family, the expert counts, the options as resolved (with
+/// `calibration`, its path or null), every layer's record and the totals (with the caller's `seconds` and
+/// `peak_rss_bytes`). Non-finite numbers (a merge error not measured) are null.
+inline nlohmann::ordered_json report_json(const checkpoint_report& report, const std::string& model,
+                                          const std::string& calibration, double seconds, double peak_rss_bytes) {
+  return detail::report_json(report, model, calibration, seconds, peak_rss_bytes);
+}
+
+}  // namespace compress
+MOECOMP_NAMESPACE_END

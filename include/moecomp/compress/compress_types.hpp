@@ -1,0 +1,251 @@
+#pragma once
+// Parameters, results and reports of the compression pipeline (<moecomp/compress/compress.hpp>): the methods,
+// their options with "auto" defaults (settled by compress::resolved_params), one compressed layer, and the
+// typed reports of a layer and of a checkpoint. Documentation: docs/compress.md.
+#include <moecomp/core/config.hpp>
+#include <moecomp/core/error.hpp>
+#include <moecomp/core/numeric_types.hpp>
+#include <moecomp/core/status.hpp>
+#include <moecomp/core/host_buffer.hpp>
+#include <moecomp/cluster/linkage_types.hpp>
+#include <moecomp/merge/merge_types.hpp>
+#include <moecomp/moe/shared_base.hpp>
+#include <moecomp/sparse/residual_types.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace compress {
+
+/// The compression method.
+///   hc_smoe    HC-SMoE: experts grouped by hierarchical clustering of a feature, each group merged, the router
+///              kept with an id map (router id -> merged expert);
+///   cka_merge  the fourth paper: experts partitioned by similarity (CKA of outputs, weights or the surrogate),
+///              each group merged with its router rows;
+///   prune      the experts with the highest scores kept (frequency, or REAP's saliency), the router's rows of
+///              the others dropped;
+///   resmoe     ResMoE: a Wasserstein-barycenter base expert plus each expert's magnitude-pruned residual;
+///   moefy      MoEfication (SADMoE's first step): a dense checkpoint's FFNs split into equal experts by
+///              balanced k-means, with a centre router.
+enum class method { hc_smoe, cka_merge, prune, resmoe, moefy };
+
+inline const char* to_string(method m) noexcept {
+  switch (m) {
+    case method::hc_smoe: return "hc-smoe";
+    case method::cka_merge: return "cka-merge";
+    case method::prune: return "prune";
+    case method::resmoe: return "resmoe";
+    case method::moefy: return "moefy";
+  }
+  return "unknown";
+}
+
+/// Parses hc-smoe, cka-merge, resmoe, prune or moefy; invalid_argument otherwise.
+inline method parse_method(std::string_view name) {
+  for (method m : {method::hc_smoe, method::cka_merge, method::resmoe, method::prune, method::moefy})
+    if (name == to_string(m)) return m;
+  MOECOMP_FAIL(error_kind::invalid_argument, "method: expected hc-smoe, cka-merge, resmoe, prune or moefy, got '",
+               std::string(name), "'");
+}
+
+/// hc_smoe's clustering feature of each expert: its mean output on the calibration tokens (HC-SMoE's default),
+/// its router-logit column over the tokens, or its flattened weights. automatic: outputs with calibration
+/// tokens, weights without.
+enum class expert_features { automatic, outputs, router_logits, weights };
+
+inline const char* to_string(expert_features f) noexcept {
+  switch (f) {
+    case expert_features::automatic: return "auto";
+    case expert_features::outputs: return "outputs";
+    case expert_features::router_logits: return "router-logits";
+    case expert_features::weights: return "weights";
+  }
+  return "unknown";
+}
+
+/// Parses auto, outputs, router-logits or weights; invalid_argument otherwise.
+inline expert_features parse_expert_features(std::string_view name) {
+  for (expert_features f : {expert_features::automatic, expert_features::outputs, expert_features::router_logits,
+                            expert_features::weights})
+    if (name == to_string(f)) return f;
+  MOECOMP_FAIL(error_kind::invalid_argument, "features: expected auto, outputs, router-logits or weights, got '",
+               std::string(name), "'");
+}
+
+/// cka_merge's dissimilarity of two experts: 1 - linear CKA of their outputs on the calibration tokens (the
+/// fourth paper's), the Euclidean distance of their flattened weights, or of their surrogate weights W2 (W1 o W3).
+/// automatic: cka with calibration tokens, weights without.
+enum class expert_similarity { automatic, cka, weights, surrogate };
+
+inline const char* to_string(expert_similarity s) noexcept {
+  switch (s) {
+    case expert_similarity::automatic: return "auto";
+    case expert_similarity::cka: return "cka";
+    case expert_similarity::weights: return "weights";
+    case expert_similarity::surrogate: return "surrogate";
+  }
+  return "unknown";
+}
+
+/// Parses auto, cka, weights or surrogate; invalid_argument otherwise.
+inline expert_similarity parse_expert_similarity(std::string_view name) {
+  for (expert_similarity s : {expert_similarity::automatic, expert_similarity::cka, expert_similarity::weights,
+                              expert_similarity::surrogate})
+    if (name == to_string(s)) return s;
+  MOECOMP_FAIL(error_kind::invalid_argument, "similarity: expected auto, cka, weights or surrogate, got '",
+               std::string(name), "'");
+}
+
+/// prune's score of an expert: its routing frequency on the calibration tokens (top-k counts with the model's k),
+/// or REAP's saliency (the mean, over the tokens routed to it, of gate weight x ||expert output||).
+enum class prune_criterion { frequency, reap };
+
+inline const char* to_string(prune_criterion c) noexcept {
+  return c == prune_criterion::frequency ? "frequency" : c == prune_criterion::reap ? "reap" : "unknown";
+}
+
+/// Parses frequency or reap; invalid_argument otherwise.
+inline prune_criterion parse_prune_criterion(std::string_view name) {
+  if (name == "frequency") return prune_criterion::frequency;
+  if (name == "reap") return prune_criterion::reap;
+  MOECOMP_FAIL(error_kind::invalid_argument, "criterion: expected frequency or reap, got '", std::string(name), "'");
+}
+
+/// Every tunable of a compression. A field left at its "auto" value (0, automatic, nullopt) is settled for the
+/// model and its calibration tokens by resolved_params, which also checks every rule between the fields once,
+/// before any layer is loaded.
+struct compress_params {
+  compress::method method = compress::method::hc_smoe;
+  /// Experts per MoE layer after compression (hc_smoe, cka_merge, prune). 0: half the experts, at least the
+  /// model's top-k, and for a group-limited router (DeepSeek, n_group > 1) the smallest count from there up that
+  /// it can route. resmoe keeps every expert. moefy: experts per dense FFN, a divisor of its neurons (0: experts
+  /// of 32 neurons).
+  index_t experts = 0;
+  /// hc_smoe: the clustering feature, the linkage and the merge (automatic/nullopt: frequency with calibration
+  /// tokens, average without).
+  expert_features features = expert_features::automatic;
+  cluster::linkage_method linkage = cluster::linkage_method::average;
+  /// hc_smoe: frequency, average or fix_dom; cka_merge: uniform (the default), dominant or learned.
+  std::optional<merge::merge_method> merge;
+  /// cka_merge: the similarity the partition uses.
+  expert_similarity similarity = expert_similarity::automatic;
+  /// prune: the score.
+  prune_criterion criterion = prune_criterion::frequency;
+  /// moecomp's generator: the merges' token caps, the partition's restarts, moefy's k-means starts.
+  std::uint64_t seed = 0;
+  /// resmoe: the fraction of each expert's design residual kept, (0, 1] (ResMoE's 0.25).
+  double keep = 0.25;
+  /// resmoe: the residuals' format (automatic: the smallest of csr16 and bitmap) and value dtype (nullopt: the
+  /// experts' own dtype: bf16, fp16, else fp32).
+  sparse::sparse_format format = sparse::sparse_format::automatic;
+  std::optional<sparse::value_dtype> values;
+  /// resmoe: barycenter iterations (0: 100, POT's and ResMoE's); moefy: k-means iterations (0: 300).
+  index_t max_iterations = 0;
+  /// resmoe: also write the restored experts as an ordinary checkpoint (compress_checkpoint's dense_writer).
+  bool restore_dense = false;
+  /// moefy: experts per token of the router the output records and the reported error (0: max(1, E / 4)), and
+  /// the balanced k-means runs (the lowest inertia kept).
+  index_t top_k = 0;
+  index_t restarts = 10;
+};
+
+/// One MoE layer after compression: `stack_experts` experts (W1, W3: S x I x H; W2: S x H x I, float, rounded to
+/// the checkpoint's dtype), `slots[r]` the stack expert that router id r uses (E_out entries), the router rows
+/// (E_out x H) and, where the original has them, the router bias and the correction bias (E_out each). An empty
+/// w1 means the original stack, addressed through the slots (prune).
+struct compressed_layer {
+  index_t stack_experts = 0;
+  std::vector<float> w1, w3, w2;
+  std::vector<std::int64_t> slots;
+  host_matrix<float> router;
+  std::vector<float> router_bias, correction_bias;
+  /// resmoe: the base expert (nn.Linear layout, rounded to the experts' dtype), the permutations (E x I: row i of
+  /// expert e is base row p(e, i)) and each expert's residuals; w1/w3/w2 then hold the restored experts.
+  struct resmoe_part {
+    std::vector<float> w1, w3, w2;
+    host_matrix<index_t> permutations;
+    std::vector<moe::expert_residual> residuals;
+  };
+  std::shared_ptr<resmoe_part> resmoe;
+};
+
+/// What compress_layer and compress_checkpoint say about one layer. The fields of other methods stay empty.
+struct layer_report {
+  std::string layer;                      ///< the layer's tensor prefix ("model.layers.3.block_sparse_moe")
+  index_t experts = 0;                    ///< router ids after compression
+  index_t distinct_experts = 0;           ///< distinct experts stored (hc_smoe: the groups)
+  // hc_smoe, cka_merge:
+  std::vector<std::int64_t> groups;       ///< group of each original expert (numbered by first appearance)
+  std::vector<std::int64_t> dominants;    ///< each group's dominant (representative) expert
+  std::vector<double> coefficients;       ///< each expert's merge coefficient
+  std::vector<double> group_merge_errors; ///< each group's relative merge error (NaN: not measured)
+  std::string router_rule;                ///< merge::to_string(router_rule) of the merge
+  std::vector<std::int64_t> id_map;       ///< hc_smoe: router id -> merged expert
+  // prune:
+  std::string criterion;
+  std::vector<double> scores;             ///< each expert's score
+  std::vector<std::int64_t> kept;         ///< the kept experts, in increasing order
+  // resmoe:
+  double keep = 0;
+  std::string values;
+  std::vector<std::vector<std::string>> formats;  ///< each expert's residual formats (w1, w3 or "-", w2)
+  std::vector<std::uint64_t> residual_bytes;      ///< each expert's encoded residual bytes
+  std::int64_t barycenter_iterations = 0;
+  moecomp::status barycenter_status = moecomp::status::ok;
+  double barycenter_objective = 0;
+  double resmoe_approximation_error = 0;          ///< ResMoE's Appendix A.6 error over the layer
+  // every method:
+  double output_relative_error = std::numeric_limits<double>::quiet_NaN();  ///< ||Y - Y'|| / ||Y|| (NaN: no tokens)
+  index_t calibration_tokens = 0;
+  double bytes_before = 0, bytes_after = 0, bytes_written = 0, bits_per_weight = 0;
+  std::vector<std::pair<std::string, double>> steps_seconds;  ///< each step's wall time, in order
+  double seconds = 0;
+  // moefy (per dense FFN): the split's size, the router's top-k, the balanced k-means outcome.
+  index_t expert_size = 0, top_k = 0;
+  double kmeans_inertia = 0;
+  std::int64_t kmeans_iterations = 0;
+  moecomp::status kmeans_status = moecomp::status::ok;
+  index_t kmeans_best_run = 0;
+  double kmeans_assignment_gap = 0;
+  index_t smallest_expert = 0, largest_expert = 0;
+};
+
+/// The result of compress_checkpoint and compress_dense_checkpoint. status: ok; numerical_error when a layer's
+/// output error on the calibration tokens is not finite (the run stops there; `failed_layer` names it);
+/// not_converged when the observer asked to stop (`cancelled`). iterations: the layers compressed. Nothing is
+/// left in the writer's directory unless ok (the writer is finished only then).
+struct checkpoint_report : convergence_info {
+  compress_params params;       ///< as resolved
+  std::string family;
+  index_t experts_before = 0, experts_after = 0;
+  std::vector<layer_report> layers;
+  double bytes_before = 0, bytes_after = 0, parameters_before = 0;
+  bool cancelled = false;
+  std::string failed_layer;
+  /// The output's config.json text (the input's, with the new expert count where the method drops router rows
+  /// and moecomp's record), and with restore_dense the dense checkpoint's.
+  std::string config_json, dense_config_json;
+  /// moefy: the FLOPs model per token (dense FFN, one expert, the router, the MoE at top_k) and their ratio.
+  double dense_ffn_macs_per_token = 0, expert_macs_per_token = 0, router_macs_per_token = 0, moe_macs_per_token = 0;
+  double flops_ratio = 0;
+};
+
+/// Progress and cancellation of compress_checkpoint. `step` runs before each step of each layer with (layer,
+/// layers, the layer's name, the step: "loading", "features", "clustering", "merging", "error", "writing", ...),
+/// and once with layer = layers - 1, name "rest", for the tensors outside the MoE layers. `stop` is asked at the
+/// same points; true ends the run (checkpoint_report::cancelled). Either may be empty.
+struct compress_observer {
+  std::function<void(index_t layer, index_t layers, const std::string& name, const std::string& step)> step;
+  std::function<bool()> stop;
+};
+
+}  // namespace compress
+MOECOMP_NAMESPACE_END

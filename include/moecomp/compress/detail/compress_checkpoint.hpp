@@ -1,0 +1,320 @@
+#pragma once
+// A whole MoE checkpoint compressed layer by layer (compress::compress_checkpoint): each layer loaded, compressed,
+// measured and written as the next shard in the input's names and dtypes; the other tensors copied; the output's
+// config.json built.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/compress/detail/compress_layer.hpp>
+#include <moecomp/version.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace compress {
+namespace detail {
+
+/// A tensor this run computed, stored in the dtype its original had.
+struct owned_tensor {
+  std::string name;
+  io::safetensors_dtype dtype;
+  std::vector<index_t> shape;
+  std::vector<unsigned char> bytes;
+};
+
+inline void require_float_dtype(io::safetensors_dtype dtype, const std::string& name) {
+  if (!io::is_float_storage(dtype))
+    MOECOMP_FAIL(error_kind::io_error, "compress: tensor '", name, "' is stored as ", io::to_string(dtype),
+                 "; compress writes merged experts as F32, F64, BF16 or F16 only");
+}
+
+inline std::uint64_t tensor_bytes(const io::safetensors_checkpoint& checkpoint, const std::string& name) {
+  const auto& info = checkpoint.info(name);
+  return info.end - info.begin;
+}
+
+/// The layer's tensor prefix ("model.layers.3.block_sparse_moe"): what its router's and first expert's names
+/// share, up to the last dot.
+inline std::string layer_prefix(const model::moe_layer_names& names) {
+  const std::string& a = names.router;
+  const std::string& b = names.fused() ? names.gate_up : names.gate.front();
+  std::size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  const std::size_t dot = a.rfind('.', n == 0 ? 0 : n - 1);
+  return dot == std::string::npos ? names.stack + "." + std::to_string(names.layer) : a.substr(0, dot);
+}
+
+/// The layer's tensors in the checkpoint's names and dtypes: router id r of the output uses the names of
+/// original expert r (E_out <= E), and holds stack expert slots[r]; the fused layout (E x 2I x H gate and up,
+/// E x H x I down) is written as it is read.
+inline std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkpoint,
+                                               const model::moe_layer_names& names,
+                                               const model::moe_layer_weights<float>& w, const compressed_layer& c) {
+  const index_t I = w.d_ff, H = w.d_model, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
+  const bool own_stack = !c.w1.empty();
+  auto source = [&](const std::vector<float>& mine, const std::vector<float>& original, index_t r) {
+    const std::int64_t k = c.slots[static_cast<std::size_t>(r)];
+    return (own_stack ? mine.data() : original.data()) + k * matrix;
+  };
+  std::vector<owned_tensor> out;
+  out.reserve(3 + 3 * static_cast<std::size_t>(out_experts));  // add() hands out references: no reallocation
+  auto add = [&](const std::string& name, std::vector<index_t> shape) -> owned_tensor& {
+    const auto dtype = checkpoint.info(name).dtype;
+    require_float_dtype(dtype, name);
+    out.push_back({name, dtype, std::move(shape), {}});
+    return out.back();
+  };
+  {
+    owned_tensor& r = add(names.router, {out_experts, H});
+    io::append_encoded(c.router.data(), static_cast<std::size_t>(out_experts * H), r.dtype, r.bytes);
+  }
+  if (!names.router_bias.empty()) {
+    owned_tensor& b = add(names.router_bias, {out_experts});
+    io::append_encoded(c.router_bias.data(), c.router_bias.size(), b.dtype, b.bytes);
+  }
+  if (!names.correction_bias.empty()) {
+    owned_tensor& b = add(names.correction_bias, {out_experts});
+    io::append_encoded(c.correction_bias.data(), c.correction_bias.size(), b.dtype, b.bytes);
+  }
+  if (names.fused()) {
+    owned_tensor& gu = add(names.gate_up, {out_experts, 2 * I, H});
+    owned_tensor& down = add(names.fused_down, {out_experts, H, I});
+    for (index_t r = 0; r < out_experts; ++r) {
+      io::append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
+      io::append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
+      io::append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), down.dtype, down.bytes);
+    }
+    return out;
+  }
+  for (index_t r = 0; r < out_experts; ++r) {
+    const auto u = static_cast<std::size_t>(r);
+    owned_tensor& g = add(names.gate[u], {I, H});
+    io::append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), g.dtype, g.bytes);
+    if (!names.up.empty()) {
+      owned_tensor& up = add(names.up[u], {I, H});
+      io::append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), up.dtype, up.bytes);
+    }
+    owned_tensor& d = add(names.down[u], {H, I});
+    io::append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), d.dtype, d.bytes);
+  }
+  return out;
+}
+
+/// resmoe's tensors of a layer: the base expert (`PREFIX.resmoe.base.w1/w3/w2.weight`, in the experts' dtype),
+/// the permutations (`PREFIX.resmoe.permutations`, I32, E x I) and each expert's residuals
+/// (`PREFIX.resmoe.experts.E.w1/w3/w2.residual`: U8, the bytes of a moecomp residual file).
+inline std::vector<owned_tensor> resmoe_layer_tensors(const std::string& prefix, const model::moe_layer_weights<float>& w,
+                                                      const compressed_layer::resmoe_part& r, io::safetensors_dtype dtype) {
+  const index_t E = w.experts, I = w.d_ff, H = w.d_model;
+  std::vector<owned_tensor> out;
+  const std::string base = prefix + ".resmoe.";
+  auto dense = [&](const std::string& name, const std::vector<float>& values, std::vector<index_t> shape) {
+    out.push_back({base + name, dtype, std::move(shape), {}});
+    io::append_encoded(values.data(), values.size(), dtype, out.back().bytes);
+  };
+  dense("base.w1.weight", r.w1, {I, H});
+  if (w.gated) dense("base.w3.weight", r.w3, {I, H});
+  dense("base.w2.weight", r.w2, {H, I});
+  owned_tensor perms{base + "permutations", io::safetensors_dtype::i32, {E, I}, {}};
+  perms.bytes.resize(static_cast<std::size_t>(E * I) * 4);
+  for (index_t k = 0; k < E * I; ++k) {
+    const auto v = static_cast<std::int32_t>(r.permutations.data()[k]);
+    std::memcpy(perms.bytes.data() + 4 * k, &v, 4);
+  }
+  out.push_back(std::move(perms));
+  for (index_t e = 0; e < E; ++e) {
+    const auto& res = r.residuals[static_cast<std::size_t>(e)];
+    const std::pair<const char*, const sparse::sparse_matrix*> pieces[] = {{"w1", &res.w1}, {"w3", &res.w3}, {"w2", &res.w2}};
+    for (const auto& [piece, matrix] : pieces) {
+      if (std::string(piece) == "w3" && !w.gated) continue;
+      std::vector<std::uint8_t> bytes = io::serialize_residual(matrix->view());
+      const auto size = static_cast<index_t>(bytes.size());
+      out.push_back({base + "experts." + std::to_string(e) + "." + piece + ".residual", io::safetensors_dtype::u8, {size},
+                     std::move(bytes)});
+    }
+  }
+  return out;
+}
+
+/// The calibration key of a layer: `layers.{i}.moe_input`, with the stack's name in front for every stack but
+/// the first (Switch's decoder: `decoder.layers.{i}.moe_input`).
+inline std::string calibration_key(const model::moe_model& m, const model::moe_layer_names& names) {
+  return (m.layers.front().stack == names.stack ? "" : names.stack + ".") + "layers." + std::to_string(names.layer) +
+         ".moe_input";
+}
+
+inline bool stop_requested(const compress_observer& observer) { return observer.stop && observer.stop(); }
+
+inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const compress_params& params,
+                                                  const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                                  const model::checkpoint_layout& layout, const std::string& config_text,
+                                                  const io::safetensors_file* calibration,
+                                                  io::safetensors_sharded_writer& writer,
+                                                  io::safetensors_sharded_writer* dense_writer,
+                                                  const compress_observer& observer) {
+  using json = nlohmann::ordered_json;
+  const index_t E = m.num_experts, L = static_cast<index_t>(m.layers.size());
+  checkpoint_report result;
+  result.params = params;
+  result.family = m.family;
+  result.experts_before = E;
+  result.experts_after = params.experts;
+  json id_maps = json::object();
+  std::set<std::string> written;
+  for (index_t i = 0; i < L; ++i) {
+    const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
+    layer_report report;
+    report.layer = layer_prefix(names);
+    const step_timer timed(observer, i, L, report.layer, report);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (stop_requested(observer)) {
+      result.cancelled = true;
+      result.status = moecomp::status::not_converged;
+      return result;
+    }
+    timed.announce("loading");
+    const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
+    host_matrix<float> x(0, w.d_model);
+    if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), w.d_model);
+    report.steps_seconds.emplace_back("loading", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
+    compressed_layer c = compress_layer_host(ctx, params, m, w, x.const_view(), expert_dtype, timed, report);
+    round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
+                           names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
+                           names.correction_bias.empty() ? io::safetensors_dtype::f32
+                                                         : checkpoint.info(names.correction_bias).dtype);
+    if (stop_requested(observer)) {
+      result.cancelled = true;
+      result.status = moecomp::status::not_converged;
+      return result;
+    }
+    double error = 0;
+    timed("error", [&] { error = layer_error(ctx, m, w, c, x.const_view()); });
+    if (x.rows() > 0 && !std::isfinite(error)) {
+      result.status = moecomp::status::numerical_error;
+      result.failed_layer = report.layer;
+      result.criterion = error;
+      return result;
+    }
+    if (stop_requested(observer)) {
+      result.cancelled = true;
+      result.status = moecomp::status::not_converged;
+      return result;
+    }
+    timed.announce("writing");
+    const auto writing_started = std::chrono::steady_clock::now();
+    // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
+    // expert; for resmoe also the router). With a dense writer, the restored experts go there too.
+    const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c);
+    const bool resmoe = c.resmoe != nullptr;
+    std::vector<owned_tensor> resmoe_tensors;
+    if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, w, *c.resmoe, expert_dtype);
+    auto is_expert = [&](const std::string& n) {
+      return std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
+             std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
+             std::find(names.down.begin(), names.down.end(), n) != names.down.end() || n == names.gate_up ||
+             n == names.fused_down;
+    };
+    std::vector<io::safetensors_entry> entries, dense_entries;
+    double layer_before = 0, layer_after = 0;
+    for (const std::string& n : names.tensor_names()) {
+      const auto bytes = static_cast<double>(tensor_bytes(checkpoint, n));
+      layer_before += bytes;
+      written.insert(n);
+      if (is_expert(n)) continue;  // replaced, dropped, or (resmoe) stored as base plus residuals
+      const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
+      if (!replaced || resmoe) {
+        entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+        layer_after += bytes;
+      }
+      if (!replaced) dense_entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+    }
+    for (const owned_tensor& t : resmoe ? resmoe_tensors : tensors) {
+      entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+      layer_after += static_cast<double>(t.bytes.size());
+    }
+    for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+    // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
+    double distinct_after = layer_after;
+    if (params.method == method::hc_smoe) {
+      const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
+                                  (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
+      distinct_after = layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
+    }
+    writer.write_shard(entries, checkpoint.metadata());
+    if (dense_writer != nullptr) dense_writer->write_shard(dense_entries, checkpoint.metadata());
+    // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
+    for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+    report.steps_seconds.emplace_back(
+        "writing", std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count());
+    const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
+                              (w.gated ? 3.0 : 2.0);
+    report.experts = static_cast<index_t>(c.slots.size());
+    report.distinct_experts = params.method == method::prune || resmoe ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
+    report.output_relative_error = error;
+    report.calibration_tokens = x.rows();
+    report.bytes_before = layer_before;
+    report.bytes_after = distinct_after;
+    report.bytes_written = layer_after;
+    report.bits_per_weight = 8.0 * distinct_after / parameters;
+    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!report.id_map.empty()) id_maps[report.layer] = report.id_map;
+    result.bytes_before += layer_before;
+    result.bytes_after += distinct_after;
+    result.parameters_before += parameters;
+    result.criterion = std::max(result.criterion, std::isnan(error) ? 0.0 : error);
+    result.layers.push_back(std::move(report));
+    result.iterations = i + 1;
+  }
+  if (stop_requested(observer)) {
+    result.cancelled = true;
+    result.status = moecomp::status::not_converged;
+    return result;
+  }
+  if (observer.step) observer.step(L - 1, L, "rest", "writing the other tensors");
+  std::vector<io::safetensors_entry> rest;
+  for (const std::string& n : checkpoint.names())
+    if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+  if (!rest.empty()) writer.write_shard(rest, checkpoint.metadata());
+  writer.finish();
+  if (dense_writer != nullptr) {
+    if (!rest.empty()) dense_writer->write_shard(rest, checkpoint.metadata());
+    dense_writer->finish();
+  }
+
+  // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
+  json config = json::parse(config_text);
+  if (params.method != method::hc_smoe) {
+    const auto key = layout.config.find("num_experts");
+    if (key != layout.config.end()) config[key->second] = params.experts;
+  }
+  json record;
+  record["method"] = to_string(params.method);
+  record["experts_before"] = E;
+  record["version"] = MOECOMP_VERSION_STRING;
+  if (!id_maps.empty()) record["id_maps"] = id_maps;
+  if (params.method == method::resmoe) {
+    record["keep"] = params.keep;
+    record["values"] = sparse::to_string(*params.values);
+    record["format"] = sparse::to_string(params.format);
+    json prefixes = json::array();
+    for (const auto& l : result.layers) prefixes.push_back(l.layer);
+    record["layers"] = prefixes;
+  }
+  config["moecomp_compression"] = record;
+  result.config_json = config.dump(2) + "\n";
+  if (params.restore_dense) {  // an ordinary checkpoint of the restored experts: the input's config, and a record
+    json dense_config = json::parse(config_text);
+    dense_config["moecomp_compression"] = record;
+    dense_config["moecomp_compression"]["restored_dense"] = true;
+    result.dense_config_json = dense_config.dump(2) + "\n";
+  }
+  return result;
+}
+
+}  // namespace detail
+}  // namespace compress
+MOECOMP_NAMESPACE_END

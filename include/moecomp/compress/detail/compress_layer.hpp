@@ -1,0 +1,478 @@
+#pragma once
+// One MoE layer's compression on the host (compress::compress_layer): prune, HC-SMoE, the CKA merge and ResMoE,
+// the layer's output error, and the layer's tensors in the checkpoint's names and dtypes.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/views.hpp>
+#include <moecomp/cluster/fcluster.hpp>
+#include <moecomp/cluster/grouping.hpp>
+#include <moecomp/cluster/linkage.hpp>
+#include <moecomp/compress/compress_types.hpp>
+#include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/gating/routing.hpp>
+#include <moecomp/io/residual_file.hpp>
+#include <moecomp/io/safetensors.hpp>
+#include <moecomp/merge/merge.hpp>
+#include <moecomp/model/layout.hpp>
+#include <moecomp/moe/features.hpp>
+#include <moecomp/moe/ffn.hpp>
+#include <moecomp/moe/layer.hpp>
+#include <moecomp/moe/shared_base.hpp>
+#include <moecomp/ot/free_support_barycenter.hpp>
+#include <moecomp/similarity/cka.hpp>
+#include <moecomp/similarity/partition.hpp>
+#include <moecomp/sparse/residual.hpp>
+#include <moecomp/align/align.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace compress {
+namespace detail {
+
+/// Runs `work` as the step `step` of layer `number` (of `layers`), telling the observer first and recording the
+/// step's wall time in the report.
+class step_timer {
+ public:
+  step_timer(const compress_observer& observer, index_t number, index_t layers, std::string name, layer_report& report)
+      : observer_(observer), number_(number), layers_(layers), name_(std::move(name)), report_(report) {}
+  void announce(const std::string& step) const {
+    if (observer_.step) observer_.step(number_, layers_, name_, step);
+  }
+  template <class Work>
+  void operator()(const std::string& step, Work&& work) const {
+    announce(step);
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    report_.steps_seconds.emplace_back(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+
+ private:
+  const compress_observer& observer_;
+  index_t number_, layers_;
+  std::string name_;
+  layer_report& report_;
+};
+
+inline moe::ffn_expert_stack_view<float> stack_view(const std::vector<float>& w1, const std::vector<float>& w3,
+                                                    const std::vector<float>& w2, index_t experts, index_t d_ff,
+                                                    index_t d_model, bool gated) {
+  moe::ffn_expert_stack_view<float> v;
+  v.w1 = matrix_stack_view<const float>(w1.data(), experts, d_ff, d_model);
+  if (gated) v.w3 = matrix_stack_view<const float>(w3.data(), experts, d_ff, d_model);
+  v.w2 = matrix_stack_view<const float>(w2.data(), experts, d_model, d_ff);
+  return v;
+}
+
+/// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
+/// router keeps its E rows (id map) or gets one row per group, whose biases are merged with the rows'
+/// coefficients.
+inline compressed_layer merge_layer(const host_context& ctx, const model::moe_layer_weights<float>& w,
+                                    const std::vector<std::int64_t>& labels, const merge::merge_params& params,
+                                    matrix_view<const float> x, const std::vector<std::int64_t>& dominants,
+                                    layer_report& report) {
+  const index_t E = w.experts, I = w.d_ff, H = w.d_model;
+  const index_t g = merge::group_count(make_vector_view(labels.data(), E));
+  compressed_layer out;
+  out.stack_experts = g;
+  out.w1.resize(static_cast<std::size_t>(g * I * H));
+  if (w.gated) out.w3.resize(out.w1.size());
+  out.w2.resize(out.w1.size());
+  host_matrix<float> merged_router(g, H);
+  std::vector<std::int64_t> map(static_cast<std::size_t>(E));
+  merge::merge_data<float> data;
+  data.x = x;
+  data.router = w.router.const_view();
+  if (!dominants.empty()) data.dominants = make_vector_view(dominants.data(), g);
+  merge::merge_outputs<float> outputs;
+  outputs.experts.w1 = matrix_stack_view<float>(out.w1.data(), g, I, H);
+  if (w.gated) outputs.experts.w3 = matrix_stack_view<float>(out.w3.data(), g, I, H);
+  outputs.experts.w2 = matrix_stack_view<float>(out.w2.data(), g, H, I);
+  const merge::router_rule rule = merge::resolve_router_rule(params, true);
+  if (rule != merge::router_rule::id_map) outputs.router = merged_router.view();
+  outputs.map = make_vector_view(map.data(), E);
+  const merge::merge_report merged =
+      merge::merge_experts<float>(ctx, params, w.experts_view(), make_vector_view(labels.data(), E), data, outputs);
+  report.groups = labels;
+  for (const auto& gr : merged.groups) {
+    report.dominants.push_back(gr.dominant);
+    report.group_merge_errors.push_back(gr.error);
+  }
+  report.coefficients = merged.coefficients;
+  report.router_rule = merge::to_string(merged.router);
+  if (rule == merge::router_rule::id_map) {  // HC-SMoE: the router keeps its rows, each old id maps to its group
+    out.slots = map;
+    out.router = w.router;
+    out.router_bias = w.router_bias;
+    out.correction_bias = w.correction_bias;
+    report.id_map = map;
+  } else {  // one router row per group; biases merged with the same coefficients as the rows
+    out.slots.resize(static_cast<std::size_t>(g));
+    std::iota(out.slots.begin(), out.slots.end(), 0);
+    out.router = std::move(merged_router);
+    auto merge_bias = [&](const std::vector<float>& bias) {
+      std::vector<float> result;
+      if (bias.empty()) return result;
+      result.resize(static_cast<std::size_t>(g));
+      merge::merge_router_bias(make_vector_view(labels.data(), E), merged.coefficients, make_vector_view(bias.data(), E),
+                               make_vector_view(result.data(), g));
+      return result;
+    };
+    out.router_bias = merge_bias(w.router_bias);
+    out.correction_bias = merge_bias(w.correction_bias);
+  }
+  return out;
+}
+
+/// ResMoE: the free-support barycenter of the experts' design rows [W1_i | W3_i | W2[:, i]] (uniform weights,
+/// init = expert 0), the base expert from it (rounded to the experts' dtype), each expert's design residual in
+/// the base's neuron order pruned to the fraction params.keep as one matrix and encoded
+/// (moe::encode_expert_residual), and the experts restored from base and residuals (sparse::restore_dense).
+inline compressed_layer resmoe_layer(const host_context& ctx, const compress_params& params,
+                                     const model::moe_layer_weights<float>& w, io::safetensors_dtype expert_dtype,
+                                     const step_timer& timed, layer_report& report) {
+  const index_t E = w.experts, I = w.d_ff, H = w.d_model, pieces = w.gated ? 3 : 2, width = pieces * H;
+  compressed_layer out;
+  out.resmoe = std::make_shared<compressed_layer::resmoe_part>();
+  compressed_layer::resmoe_part& r = *out.resmoe;
+  const moe::ffn_expert_stack_view<float> stack = w.experts_view();
+  host_matrix<float> design(E * I, width);
+  timed("design rows", [&] {
+    for (index_t e = 0; e < E; ++e)
+      align::design_matrix<float>(ctx, stack.expert(e), design.view().row_range(e * I, I));
+  });
+  host_matrix<float> barycenter(I, width);
+  r.permutations = host_matrix<index_t>(E, I);
+  ot::free_support_barycenter_result bary;
+  timed("barycenter", [&] {
+    ot::free_support_barycenter_params bp;
+    bp.max_iterations = params.max_iterations;
+    bary = ot::free_support_barycenter<float>(ctx, bp, split_rows(design.const_view(), E),
+                                              design.const_view().row_range(0, I), barycenter.view(),
+                                              r.permutations.view());
+  });
+  design = host_matrix<float>();  // the largest buffer: freed before the restore's
+  r.w1.resize(static_cast<std::size_t>(I * H));
+  if (w.gated) r.w3.resize(r.w1.size());
+  r.w2.resize(r.w1.size());
+  for (index_t i = 0; i < I; ++i)
+    for (index_t j = 0; j < H; ++j) {
+      r.w1[static_cast<std::size_t>(i * H + j)] = barycenter(i, j);
+      if (w.gated) r.w3[static_cast<std::size_t>(i * H + j)] = barycenter(i, H + j);
+      r.w2[static_cast<std::size_t>(j * I + i)] = barycenter(i, (pieces - 1) * H + j);
+    }
+  io::round_to_storage(r.w1.data(), r.w1.size(), expert_dtype);
+  io::round_to_storage(r.w3.data(), r.w3.size(), expert_dtype);
+  io::round_to_storage(r.w2.data(), r.w2.size(), expert_dtype);
+  moe::ffn_expert_view<float> base;
+  base.w1 = matrix_view<const float>(r.w1.data(), I, H, H);
+  if (w.gated) base.w3 = matrix_view<const float>(r.w3.data(), I, H, H);
+  base.w2 = matrix_view<const float>(r.w2.data(), H, I, I);
+  r.residuals.resize(static_cast<std::size_t>(E));
+  std::vector<double> squared_errors;
+  timed("residuals", [&] {
+    sparse::residual_params rp;
+    rp.prune.keep = params.keep;
+    rp.prune.scope = sparse::prune_scope::matrix;
+    rp.encode.format = params.format;
+    rp.encode.values = *params.values;
+    for (index_t e = 0; e < E; ++e) {
+      const moe::expert_residual_info info = moe::encode_expert_residual<float>(
+          ctx, rp, base, stack.expert(e), r.permutations.const_view().row(e), r.residuals[static_cast<std::size_t>(e)]);
+      squared_errors.push_back(info.squared_error);
+      report.residual_bytes.push_back(info.bytes);
+      const auto& res = r.residuals[static_cast<std::size_t>(e)];
+      report.formats.push_back({sparse::to_string(res.w1.format()), w.gated ? sparse::to_string(res.w3.format()) : "-",
+                                sparse::to_string(res.w2.format())});
+    }
+  });
+  out.stack_experts = E;
+  out.w1.resize(static_cast<std::size_t>(E * I * H));
+  if (w.gated) out.w3.resize(out.w1.size());
+  out.w2.resize(out.w1.size());
+  timed("restore", [&] {
+    host_matrix<float> down(H, I);
+    for (index_t e = 0; e < E; ++e) {
+      const auto& res = r.residuals[static_cast<std::size_t>(e)];
+      const vector_view<const index_t> p = r.permutations.const_view().row(e);
+      sparse::restore_dense<float, float>(ctx, base.w1, res.w1.view(), matrix_view<float>(out.w1.data() + e * I * H, I, H, H), p);
+      if (w.gated)
+        sparse::restore_dense<float, float>(ctx, base.w3, res.w3.view(), matrix_view<float>(out.w3.data() + e * I * H, I, H, H), p);
+      // W2's neurons are its columns: restore in the base's order, then gather column p(i) into column i.
+      sparse::restore_dense<float, float>(ctx, base.w2, res.w2.view(), down.view());
+      float* w2 = out.w2.data() + e * H * I;
+      for (index_t j = 0; j < H; ++j)
+        for (index_t i = 0; i < I; ++i) w2[j * I + i] = down(j, p[i]);
+    }
+  });
+  out.slots.resize(static_cast<std::size_t>(E));
+  std::iota(out.slots.begin(), out.slots.end(), 0);
+  out.router = w.router;
+  out.router_bias = w.router_bias;
+  out.correction_bias = w.correction_bias;
+  report.keep = params.keep;
+  report.values = sparse::to_string(*params.values);
+  report.barycenter_iterations = bary.iterations;
+  report.barycenter_status = bary.status;
+  report.barycenter_objective = bary.objective;
+  report.resmoe_approximation_error = sparse::layer_approximation_error(squared_errors, I);
+  return out;
+}
+
+/// prune: each expert's score, the N highest kept (ties to the lowest index) in their original order, the
+/// router's rows (and biases) of the kept experts.
+inline compressed_layer prune_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                    const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                                    const step_timer& timed, layer_report& report) {
+  const index_t E = w.experts, H = w.d_model, N = params.experts;
+  moe::ffn_params ffn;
+  ffn.act = m.activation;
+  std::vector<double> score(static_cast<std::size_t>(E), 0.0);
+  timed("scores", [&] {
+    if (params.criterion == prune_criterion::frequency) {
+      merge::routing_frequencies<float>(ctx, m.top_k, x, w.router.const_view(), make_vector_view(score.data(), E));
+      return;
+    }
+    // REAP's saliency: the mean over the tokens routed to e of gate weight x ||f_e(x_t)||.
+    const index_t T = x.rows(), K = gating::max_experts_per_token(model::routing_of(m), E);
+    host_matrix<float> logits(T, E), weights(T, K), norms(T, E);
+    host_matrix<std::int64_t> ids(T, K);
+    const std::vector<float>& bias = w.correction_bias;
+    moe::router_logits<float>(ctx, x, w.router.const_view(),
+                              w.router_bias.empty() ? vector_view<const float>() : make_vector_view(w.router_bias.data(), E),
+                              logits.view());
+    gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(),
+                               bias.empty() ? vector_view<const float>() : make_vector_view(bias.data(), E), ids.view(),
+                               weights.view());
+    moe::expert_output_norms<float>(ctx, ffn, w.experts_view(), x, norms.view());
+    std::vector<double> count(static_cast<std::size_t>(E), 0.0);
+    for (index_t t = 0; t < T; ++t)
+      for (index_t q = 0; q < K; ++q) {
+        const std::int64_t e = ids(t, q);
+        if (e >= E) continue;
+        score[static_cast<std::size_t>(e)] += static_cast<double>(weights(t, q)) * static_cast<double>(norms(t, e));
+        count[static_cast<std::size_t>(e)] += 1.0;
+      }
+    for (index_t e = 0; e < E; ++e)
+      if (count[static_cast<std::size_t>(e)] > 0) score[static_cast<std::size_t>(e)] /= count[static_cast<std::size_t>(e)];
+  });
+  std::vector<index_t> order(static_cast<std::size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+    return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::int64_t> kept(order.begin(), order.begin() + N);
+  std::sort(kept.begin(), kept.end());
+  compressed_layer out;
+  out.stack_experts = E;  // the original stack, addressed through the slots
+  out.slots = kept;
+  out.router = host_matrix<float>(N, H);
+  for (index_t r = 0; r < N; ++r)
+    for (index_t c = 0; c < H; ++c) out.router(r, c) = w.router(kept[static_cast<std::size_t>(r)], c);
+  for (std::int64_t e : kept) {
+    if (!w.router_bias.empty()) out.router_bias.push_back(w.router_bias[static_cast<std::size_t>(e)]);
+    if (!w.correction_bias.empty()) out.correction_bias.push_back(w.correction_bias[static_cast<std::size_t>(e)]);
+  }
+  report.criterion = to_string(params.criterion);
+  report.scores = score;
+  report.kept = kept;
+  return out;
+}
+
+/// HC-SMoE's grouping: the features, the linkage, fcluster to N groups (relabelled by first appearance), and
+/// each group's representative (the member nearest its group's mean feature) as its dominant.
+inline void hc_smoe_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                           const model::moe_layer_weights<float>& w, matrix_view<const float> x, const step_timer& timed,
+                           std::vector<std::int64_t>& labels, std::vector<std::int64_t>& dominants) {
+  const index_t E = w.experts, H = w.d_model, N = params.experts;
+  moe::ffn_params ffn;
+  ffn.act = m.activation;
+  host_matrix<float> features;
+  std::vector<double> weight_condensed;  // features weights: the condensed distances instead
+  timed("features", [&] {
+    if (params.features == expert_features::outputs) {
+      features = host_matrix<float>(E, H);
+      moe::expert_mean_outputs<float>(ctx, ffn, w.experts_view(), x, features.view());
+    } else if (params.features == expert_features::router_logits) {  // each expert's logit column over the tokens
+      host_matrix<float> logits(x.rows(), E);
+      moe::router_logits<float>(ctx, x, w.router.const_view(), vector_view<const float>(), logits.view());
+      features = host_matrix<float>(E, x.rows());
+      for (index_t t = 0; t < x.rows(); ++t)
+        for (index_t e = 0; e < E; ++e) features(e, t) = logits(t, e);
+    } else {  // the distances straight from the stacks (the features would be E x 3IH floats, twice)
+      weight_condensed.resize(static_cast<std::size_t>(E * (E - 1) / 2));
+      moe::expert_weight_distances(ctx, w.experts_view(),
+                                   make_vector_view(weight_condensed.data(), static_cast<index_t>(weight_condensed.size())));
+    }
+  });
+  timed("clustering", [&] {
+    cluster::linkage_params lp;
+    lp.method = params.linkage;
+    const vector_view<const double> condensed(weight_condensed.data(), static_cast<index_t>(weight_condensed.size()));
+    const host_matrix<double> z = params.features == expert_features::weights
+                                      ? cluster::linkage_condensed(ctx, lp, condensed)
+                                      : cluster::linkage(ctx, lp, features.const_view());
+    cluster::fcluster_params fp;
+    fp.criterion = cluster::fcluster_criterion::maxclust;
+    fp.max_clusters = N;
+    std::vector<std::int64_t> raw(static_cast<std::size_t>(E));
+    cluster::fcluster(ctx, fp, z.const_view(), make_vector_view(raw.data(), E));
+    cluster::relabel_by_first_appearance(ctx, make_vector_view<const std::int64_t>(raw.data(), E),
+                                         make_vector_view(labels.data(), E));
+    const index_t groups = cluster::group_count(ctx, make_vector_view<const std::int64_t>(labels.data(), E));
+    std::vector<index_t> representatives(static_cast<std::size_t>(groups));
+    if (params.features == expert_features::weights)
+      cluster::group_representatives_from_distances(ctx, condensed, make_vector_view<const std::int64_t>(labels.data(), E),
+                                                    make_vector_view(representatives.data(), groups));
+    else
+      cluster::group_representatives(ctx, features.const_view(), make_vector_view<const std::int64_t>(labels.data(), E),
+                                     make_vector_view(representatives.data(), groups));
+    dominants.assign(representatives.begin(), representatives.end());
+  });
+}
+
+/// The fourth paper's grouping: the experts' dissimilarity matrix and its partition into N groups.
+inline void cka_merge_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                             const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                             const step_timer& timed, std::vector<std::int64_t>& labels) {
+  const index_t E = w.experts, H = w.d_model;
+  moe::ffn_params ffn;
+  ffn.act = m.activation;
+  host_matrix<double> distances(E, E);
+  timed("similarity", [&] {
+    if (params.similarity == expert_similarity::cka) {
+      const index_t T = x.rows();
+      host_matrix<float> outputs(E * T, H);
+      moe::ffn_stack_forward<float>(ctx, ffn, w.experts_view(), x, matrix_stack_view<float>(outputs.data(), E, T, H));
+      host_matrix<double> cka(E, E);
+      similarity::cka_params cp;
+      similarity::cka_matrix<float>(ctx, cp, split_rows(outputs.const_view(), E), cka.view());
+      for (index_t a = 0; a < E; ++a)
+        for (index_t b = 0; b < E; ++b) distances(a, b) = a == b ? 0.0 : 1.0 - cka(a, b);
+    } else if (params.similarity == expert_similarity::weights) {  // from the stacks, without the E x 3IH features
+      std::vector<double> condensed(static_cast<std::size_t>(E * (E - 1) / 2));
+      moe::expert_weight_distances(ctx, w.experts_view(),
+                                   make_vector_view(condensed.data(), static_cast<index_t>(condensed.size())));
+      for (index_t a = 0, pair = 0; a < E; ++a) {
+        distances(a, a) = 0;
+        for (index_t b = a + 1; b < E; ++b, ++pair) distances(a, b) = distances(b, a) = condensed[static_cast<std::size_t>(pair)];
+      }
+    } else {
+      host_matrix<float> features(E, H * H);
+      moe::surrogate_weights<float>(ctx, w.experts_view(), features.view());
+      host_matrix<float> d(E, E);
+      distance::pairwise_distance_params dp;
+      distance::pairwise_distances(ctx, dp, features.const_view(), d.view());
+      for (index_t a = 0; a < E; ++a)
+        for (index_t b = 0; b < E; ++b) distances(a, b) = d(a, b);
+    }
+    // CKA rounds to a matrix that is symmetric only to rounding; the partition wants it exactly.
+    for (index_t a = 0; a < E; ++a)
+      for (index_t b = a + 1; b < E; ++b) distances(a, b) = distances(b, a) = 0.5 * (distances(a, b) + distances(b, a));
+  });
+  timed("partition", [&] {
+    similarity::partition_params pp;
+    pp.groups = params.experts;
+    pp.seed = params.seed;
+    similarity::partition_experts<double>(ctx, pp, distances.const_view(), make_vector_view(labels.data(), E));
+  });
+}
+
+/// The layer's new form by params.method (resolved). x: the calibration tokens (0 rows without them).
+inline compressed_layer compress_layer_host(const host_context& ctx, const compress_params& params,
+                                            const model::moe_model& m, const model::moe_layer_weights<float>& w,
+                                            matrix_view<const float> x, io::safetensors_dtype expert_dtype,
+                                            const step_timer& timed, layer_report& report) {
+  if (params.method == method::prune) return prune_layer(ctx, params, m, w, x, timed, report);
+  if (params.method == method::resmoe) return resmoe_layer(ctx, params, w, expert_dtype, timed, report);
+  const index_t E = w.experts;
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
+  std::vector<std::int64_t> dominants;
+  merge::merge_params mp;
+  mp.forward.act = m.activation;
+  mp.routing_top_k = m.top_k;
+  mp.seed = params.seed;
+  mp.report_errors = x.rows() > 0;
+  mp.method = *params.merge;
+  if (params.method == method::hc_smoe) {
+    hc_smoe_groups(ctx, params, m, w, x, timed, labels, dominants);
+    mp.router = merge::router_rule::id_map;
+  } else {
+    cka_merge_groups(ctx, params, m, w, x, timed, labels);
+    mp.router = merge::router_rule::automatic;  // uniform, learned: merged rows; dominant: the dominant's row
+  }
+  compressed_layer out;
+  timed("merging", [&] { out = merge_layer(ctx, w, labels, mp, x, dominants, report); });
+  return out;
+}
+
+/// Rounds the layer's computed tensors to the checkpoint's dtypes (the experts' for the stack, each bias's own),
+/// so that the error measured next is the written checkpoint's.
+inline void round_layer_to_storage(compressed_layer& c, io::safetensors_dtype expert_dtype, io::safetensors_dtype router_dtype,
+                                   io::safetensors_dtype router_bias_dtype, io::safetensors_dtype correction_bias_dtype) {
+  io::round_to_storage(c.w1.data(), c.w1.size(), expert_dtype);
+  io::round_to_storage(c.w3.data(), c.w3.size(), expert_dtype);
+  io::round_to_storage(c.w2.data(), c.w2.size(), expert_dtype);
+  io::round_to_storage(c.router.data(), static_cast<std::size_t>(c.router.size()), router_dtype);
+  io::round_to_storage(c.router_bias.data(), c.router_bias.size(), router_bias_dtype);
+  io::round_to_storage(c.correction_bias.data(), c.correction_bias.size(), correction_bias_dtype);
+}
+
+/// || y - y' ||_F / || y ||_F of the layer's output on x (0 rows: NaN), through moe_layer_forward with the model's
+/// routing.
+inline double layer_error(const host_context& ctx, const model::moe_model& m, const model::moe_layer_weights<float>& w,
+                          const compressed_layer& c, matrix_view<const float> x) {
+  if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
+  moe::moe_layer_params params;
+  params.routing = model::routing_of(m);
+  params.ffn.act = m.activation;
+  auto base = [&](moe::moe_layer_view<float>& v) {
+    if (w.has_shared_expert()) {
+      const auto s = w.shared_expert_view();
+      v.shared.w1 = matrix_stack_view<const float>(s.w1.data(), 1, s.w1.rows(), s.w1.cols());
+      if (!s.w3.empty()) v.shared.w3 = matrix_stack_view<const float>(s.w3.data(), 1, s.w3.rows(), s.w3.cols());
+      v.shared.w2 = matrix_stack_view<const float>(s.w2.data(), 1, s.w2.rows(), s.w2.cols());
+      if (!w.shared_gate.empty()) v.shared_gate = matrix_view<const float>(w.shared_gate.data(), 1, w.d_model);
+    }
+  };
+  moe::moe_layer_view<float> original;
+  original.router = w.router.const_view();
+  if (!w.correction_bias.empty()) original.router_bias = make_vector_view(w.correction_bias.data(), w.experts);
+  original.experts = w.experts_view();
+  base(original);
+  host_matrix<float> y(x.rows(), x.cols()), z(x.rows(), x.cols());
+  moe::moe_layer_forward<float>(ctx, params, original, x, y.view());
+
+  const index_t out_experts = static_cast<index_t>(c.slots.size());
+  moe::moe_layer_view<float> compressed;
+  compressed.router = c.router.const_view();
+  if (!c.correction_bias.empty()) compressed.router_bias = make_vector_view(c.correction_bias.data(), out_experts);
+  const bool own_stack = !c.w1.empty();
+  compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.d_ff, w.d_model, w.gated)
+                                 : w.experts_view();
+  compressed.expert_map = make_vector_view(c.slots.data(), out_experts);
+  base(compressed);
+  moe::moe_layer_forward<float>(ctx, params, compressed, x, z.view());
+  double diff = 0, ref = 0;
+  for (index_t t = 0; t < x.rows(); ++t)
+    for (index_t k = 0; k < x.cols(); ++k) {
+      const double a = y(t, k), b = z(t, k);
+      diff += (a - b) * (a - b);
+      ref += a * a;
+    }
+  return std::sqrt(diff) / std::sqrt(ref);
+}
+
+}  // namespace detail
+}  // namespace compress
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,146 @@
+#pragma once
+// compress_params' "auto" values settled and every rule between the fields checked (resolved_params,
+// resolved_dense_params), before any layer is loaded.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/compress/compress_types.hpp>
+#include <moecomp/gating/routing.hpp>
+#include <moecomp/io/safetensors.hpp>
+#include <moecomp/model/layout.hpp>
+
+#include <algorithm>
+#include <string>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace compress {
+namespace detail {
+
+/// Whether `n` experts suit the model's router after a method that drops router rows: a group-limited rule
+/// (n_group > 1) routes over n_group equal groups whose topk_group kept groups must hold top-k experts, and V3's
+/// group score sums two experts a group.
+inline bool routable(method how, const model::moe_model& m, index_t n) {
+  if (how == method::hc_smoe || how == method::resmoe) return true;
+  const gating::routing_params r = model::routing_of(m);
+  const bool grouped = (r.rule == gating::routing_rule::deepseek_v3 || r.rule == gating::routing_rule::group_limited_greedy) &&
+                       r.n_group > 1;
+  if (!grouped) return true;
+  const index_t per_group = n / r.n_group;
+  return n % r.n_group == 0 && r.topk_group * per_group >= r.top_k &&
+         (r.rule != gating::routing_rule::deepseek_v3 || per_group >= 2);
+}
+
+inline index_t default_experts(method how, const model::moe_model& m) {
+  if (how == method::resmoe) return m.num_experts;
+  index_t n = std::max<index_t>(m.num_experts / 2, m.top_k);
+  while (n < m.num_experts && !routable(how, m, n)) ++n;
+  return n;
+}
+
+inline compress_params resolve_moe_params(const compress_params& given, const model::moe_model& m, bool calibrated,
+                                          io::safetensors_dtype expert_dtype) {
+  constexpr const char* fn = "compress";
+  compress_params p = given;
+  const index_t E = m.num_experts;
+  MOECOMP_EXPECTS(p.method != method::moefy, fn, ": params.method moefy splits dense checkpoints, and this is an MoE ",
+                  "model (model_type '", m.model_type, "'): use hc-smoe, cka-merge, resmoe or prune");
+  MOECOMP_EXPECTS(!(p.method == method::resmoe && p.experts != 0 && p.experts != E), fn,
+                  ": params.experts is for the methods that drop experts: resmoe keeps every expert (as a shared base plus a sparse residual each), got ",
+                  p.experts);
+  if (p.experts == 0) p.experts = default_experts(p.method, m);
+  MOECOMP_EXPECTS(p.experts >= 1 && p.experts <= E, fn, ": params.experts must be 1 to ", E,
+                  " (the model's experts per layer), got ", p.experts);
+  MOECOMP_EXPECTS(p.method == method::hc_smoe || p.method == method::resmoe || p.experts >= m.top_k, fn,
+                  ": params.experts ", p.experts, " is too few: ", to_string(p.method), " leaves the router ", p.experts,
+                  " experts, fewer than the model's top-k (", m.top_k, ")");
+  if (!routable(p.method, m, p.experts)) {
+    const gating::routing_params r = model::routing_of(m);
+    MOECOMP_FAIL(error_kind::invalid_argument, fn, ": params.experts ", p.experts, " cannot be routed: ", to_string(p.method), " leaves the router ",
+                 p.experts, " experts, and its group-limited rule (n_group ", r.n_group, ", topk_group ", r.topk_group,
+                 ", top-k ", r.top_k, ") needs a multiple of ", r.n_group, " whose ", r.topk_group,
+                 " kept group(s) hold at least ", r.top_k, " experts",
+                 r.rule == gating::routing_rule::deepseek_v3 ? " (and 2 or more experts a group)" : "",
+                 "; for example ", default_experts(p.method, m));
+  }
+  if (p.features == expert_features::automatic)
+    p.features = calibrated ? expert_features::outputs : expert_features::weights;
+  if (p.similarity == expert_similarity::automatic)
+    p.similarity = calibrated ? expert_similarity::cka : expert_similarity::weights;
+  if (p.method == method::hc_smoe) {
+    if (!p.merge) p.merge = calibrated ? merge::merge_method::frequency : merge::merge_method::average;
+    MOECOMP_EXPECTS(*p.merge == merge::merge_method::frequency || *p.merge == merge::merge_method::average ||
+                        *p.merge == merge::merge_method::fix_dom,
+                    fn, ": params.merge must be frequency, average or fix-dom for hc-smoe, got ", merge::to_string(*p.merge));
+  } else if (p.method == method::cka_merge) {
+    if (!p.merge) p.merge = merge::merge_method::uniform;
+    MOECOMP_EXPECTS(*p.merge == merge::merge_method::uniform || *p.merge == merge::merge_method::dominant ||
+                        *p.merge == merge::merge_method::learned,
+                    fn, ": params.merge must be uniform, dominant or learned for cka-merge, got ", merge::to_string(*p.merge));
+  } else {
+    MOECOMP_EXPECTS(!p.merge, fn, ": params.merge is for hc-smoe and cka-merge: ", to_string(p.method), " merges nothing, got ",
+                    merge::to_string(*p.merge));
+  }
+  // What needs calibration tokens, said before any work.
+  std::string needs;
+  if (p.method == method::hc_smoe && p.features != expert_features::weights)
+    needs = std::string("params.features ") + to_string(p.features);
+  if (p.method == method::hc_smoe && *p.merge != merge::merge_method::average)
+    needs = std::string("params.merge ") + merge::to_string(*p.merge);
+  if (p.method == method::cka_merge && p.similarity == expert_similarity::cka) needs = "params.similarity cka";
+  if (p.method == method::cka_merge && *p.merge != merge::merge_method::uniform)
+    needs = std::string("params.merge ") + merge::to_string(*p.merge);
+  if (p.method == method::prune) needs = std::string("params.criterion ") + to_string(p.criterion);
+  MOECOMP_EXPECTS(needs.empty() || calibrated, fn, ": ", needs,
+                  " needs calibration tokens (a calibration file with layers.{i}.moe_input)");
+  MOECOMP_EXPECTS(p.method == method::resmoe || !p.restore_dense, fn,
+                  ": params.restore_dense is for resmoe only (the other methods write an ordinary checkpoint)");
+  MOECOMP_EXPECTS(p.keep > 0 && p.keep <= 1, fn, ": params.keep must be a fraction in (0, 1], got ", p.keep);
+  MOECOMP_EXPECTS(p.format != sparse::sparse_format::two_of_four, fn,
+                  ": params.format 2:4 needs N:M pruning, which compress does not do; use csr16, bitmap or auto");
+  if (!p.values)
+    p.values = expert_dtype == io::safetensors_dtype::bf16  ? sparse::value_dtype::bfloat16
+               : expert_dtype == io::safetensors_dtype::f16 ? sparse::value_dtype::float16
+                                                            : sparse::value_dtype::float32;
+  if (p.max_iterations == 0) p.max_iterations = 100;
+  MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1 (0: the default), got ",
+                  p.max_iterations);
+  return p;
+}
+
+inline compress_params resolve_dense_params(const compress_params& given, const model::dense_model& m) {
+  constexpr const char* fn = "compress";
+  compress_params p = given;
+  const index_t F = m.ffn_size;
+  MOECOMP_EXPECTS(p.method == method::moefy, fn, ": params.method ", to_string(p.method),
+                  " compresses MoE checkpoints, and this is a dense model (model_type '", m.model_type,
+                  "'): moefy splits its FFNs into experts");
+  MOECOMP_EXPECTS(p.experts != 0 || F % 32 == 0, fn, ": params.experts is required here: the FFN's ", F,
+                  " neurons are not a multiple of 32 (the default expert size)");
+  if (p.experts == 0) p.experts = F / 32;
+  MOECOMP_EXPECTS(p.experts >= 1 && p.experts <= F && F % p.experts == 0, fn,
+                  ": params.experts must be a divisor of the FFN's ", F, " neurons (intermediate size), got ", p.experts);
+  if (p.top_k == 0) p.top_k = std::max<index_t>(1, p.experts / 4);
+  MOECOMP_EXPECTS(p.top_k >= 1 && p.top_k <= p.experts, fn, ": params.top_k must be 1 to ", p.experts,
+                  " (the experts), got ", p.top_k);
+  MOECOMP_EXPECTS(p.restarts >= 1, fn, ": params.restarts must be at least 1, got ", p.restarts);
+  if (p.max_iterations == 0) p.max_iterations = 300;
+  MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1 (0: the default), got ",
+                  p.max_iterations);
+  return p;
+}
+
+/// Every tensor compress rewrites (routers, their biases, the experts) is stored in a float dtype it can write.
+inline void check_checkpoint_dtypes(const io::safetensors_checkpoint& checkpoint, const model::moe_model& m) {
+  for (const model::moe_layer_names& names : m.layers) {
+    std::vector<const std::string*> rewritten{&names.router, &names.router_bias, &names.correction_bias, &names.gate_up,
+                                              &names.fused_down};
+    for (const auto* list : {&names.gate, &names.up, &names.down})
+      for (const std::string& n : *list) rewritten.push_back(&n);
+    for (const std::string* n : rewritten)
+      if (!n->empty() && !io::is_float_storage(checkpoint.info(*n).dtype))
+        MOECOMP_FAIL(error_kind::io_error, "compress: tensor '", *n, "' is stored as ", io::to_string(checkpoint.info(*n).dtype),
+                     "; compress writes merged experts as F32, F64, BF16 or F16 only");
+  }
+}
+
+}  // namespace detail
+}  // namespace compress
+MOECOMP_NAMESPACE_END

@@ -1,0 +1,151 @@
+#pragma once
+// The compression report as JSON (compress::report_json): compression_report.json's layout.
+#include <moecomp/core/detail/internal_header.hpp>
+#include <moecomp/compress/compress_types.hpp>
+#include <moecomp/version.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string>
+
+MOECOMP_NAMESPACE_BEGIN
+namespace compress {
+namespace detail {
+
+inline nlohmann::ordered_json number_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+inline nlohmann::ordered_json layer_json(const layer_report& l, method how) {
+  using json = nlohmann::ordered_json;
+  json record;
+  record["layer"] = l.layer;
+  if (how == method::moefy) {
+    record["experts"] = l.experts;
+    record["expert_size"] = l.expert_size;
+    record["top_k"] = l.top_k;
+    record["output_relative_error"] = number_or_null(l.output_relative_error);
+    record["calibration_tokens"] = l.calibration_tokens;
+    json kmeans;
+    kmeans["inertia"] = l.kmeans_inertia;
+    kmeans["iterations"] = l.kmeans_iterations;
+    kmeans["status"] = to_string(l.kmeans_status);
+    kmeans["best_run"] = l.kmeans_best_run;
+    kmeans["assignment_gap"] = l.kmeans_assignment_gap;
+    kmeans["smallest_expert"] = l.smallest_expert;
+    kmeans["largest_expert"] = l.largest_expert;
+    record["balanced_kmeans"] = kmeans;
+    record["bytes_before"] = l.bytes_before;
+    record["bytes_after"] = l.bytes_after;
+  } else {
+    record["experts"] = l.experts;
+    record["distinct_experts"] = l.distinct_experts;
+    if (how == method::hc_smoe || how == method::cka_merge) {
+      json groups = json::array();
+      std::int64_t g = 0;
+      for (std::int64_t label : l.groups) g = std::max<std::int64_t>(g, label + 1);
+      for (std::int64_t k = 0; k < g; ++k) {
+        json members = json::array();
+        for (std::size_t e = 0; e < l.groups.size(); ++e)
+          if (l.groups[e] == k) members.push_back(e);
+        groups.push_back(members);
+      }
+      record["groups"] = groups;
+      record["dominants"] = l.dominants;
+      record["coefficients"] = l.coefficients;
+      json errors = json::array();
+      for (double e : l.group_merge_errors) errors.push_back(number_or_null(e));
+      record["group_merge_errors"] = errors;
+      record["router"] = l.router_rule;
+      if (!l.id_map.empty()) record["id_map"] = l.id_map;
+    } else if (how == method::prune) {
+      record["criterion"] = l.criterion;
+      record["scores"] = l.scores;
+      record["kept"] = l.kept;
+    } else {
+      record["keep"] = l.keep;
+      record["values"] = l.values;
+      record["formats"] = l.formats;
+      record["residual_bytes"] = l.residual_bytes;
+      record["barycenter"] = {{"iterations", l.barycenter_iterations},
+                              {"status", to_string(l.barycenter_status)},
+                              {"objective", l.barycenter_objective}};
+      record["resmoe_approximation_error"] = l.resmoe_approximation_error;
+    }
+    record["output_relative_error"] = number_or_null(l.output_relative_error);
+    record["calibration_tokens"] = l.calibration_tokens;
+    record["bytes_before"] = l.bytes_before;
+    record["bytes_after"] = l.bytes_after;
+    record["bytes_written"] = l.bytes_written;
+  }
+  record["bits_per_weight"] = l.bits_per_weight;
+  json steps = json::object();
+  for (const auto& [step, seconds] : l.steps_seconds) steps[step] = seconds;
+  record["steps_seconds"] = steps;
+  record["seconds"] = l.seconds;
+  return record;
+}
+
+inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std::string& model,
+                                          const std::string& calibration, double seconds, double peak_rss_bytes) {
+  using json = nlohmann::ordered_json;
+  const compress_params& p = r.params;
+  json report;
+  report["moecomp_version"] = MOECOMP_VERSION_STRING;
+  report["method"] = to_string(p.method);
+  report["model"] = model;
+  report["family"] = r.family;
+  report["experts_before"] = r.experts_before;
+  report["experts_after"] = r.experts_after;
+  json options = json::object();
+  if (p.method == method::moefy) {
+    options["experts"] = p.experts;
+    options["expert_size"] = r.experts_after > 0 && !r.layers.empty() ? r.layers.front().expert_size : 0;
+    options["top_k"] = p.top_k;
+    options["n_init"] = p.restarts;
+    options["max_iter"] = p.max_iterations;
+  } else if (p.method == method::hc_smoe) {
+    options["features"] = to_string(p.features);
+    options["linkage"] = cluster::to_string(p.linkage);
+    options["merge"] = merge::to_string(*p.merge);
+  } else if (p.method == method::cka_merge) {
+    options["similarity"] = to_string(p.similarity);
+    options["merge"] = merge::to_string(*p.merge);
+  } else if (p.method == method::resmoe) {
+    options["keep"] = p.keep;
+    options["format"] = sparse::to_string(p.format);
+    options["values"] = sparse::to_string(*p.values);
+    options["max_iter"] = p.max_iterations;
+    options["restore_dense"] = p.restore_dense;
+  } else {
+    options["criterion"] = to_string(p.criterion);
+  }
+  options["seed"] = p.seed;
+  options["calibration"] = calibration.empty() ? json(nullptr) : json(calibration);
+  report["options"] = options;
+  if (p.method == method::moefy) {
+    json flops;
+    flops["dense_ffn_macs_per_token"] = r.dense_ffn_macs_per_token;
+    flops["expert_macs_per_token"] = r.expert_macs_per_token;
+    flops["router_macs_per_token"] = r.router_macs_per_token;
+    flops["moe_macs_per_token"] = r.moe_macs_per_token;
+    flops["ratio"] = r.flops_ratio;
+    report["flops"] = flops;
+  }
+  json layers = json::array();
+  for (const layer_report& l : r.layers) layers.push_back(layer_json(l, p.method));
+  report["layers"] = layers;
+  json totals;
+  totals["bytes_before"] = r.bytes_before;
+  totals["bytes_after"] = r.bytes_after;
+  totals["bits_per_weight"] = r.parameters_before > 0 ? 8.0 * r.bytes_after / r.parameters_before : 0.0;
+  totals["seconds"] = seconds;
+  totals["peak_rss_bytes"] = peak_rss_bytes;
+  report["totals"] = totals;
+  return report;
+}
+
+}  // namespace detail
+}  // namespace compress
+MOECOMP_NAMESPACE_END
