@@ -1,0 +1,306 @@
+// moecomp::compress, the pipeline as a library: planted solutions a correct pipeline must find exactly (HC-SMoE
+// merging pairs of identical experts loses nothing; pruning the experts no token reaches loses nothing), the
+// rules resolved_params settles and refuses, a whole checkpoint written shard by shard (identical at 1 and 2
+// threads, the kept experts the input's bytes, config.json's expert count), and the outcomes that stop a run
+// (the observer's cancellation, a non-finite output error) leaving nothing behind. The tool's end-to-end checks
+// against numpy are tests/peers/test_compress_python.py; the tool before and after the move to the library is
+// compared by scripts/compare-compress-outputs.py.
+#include <moecomp/compress/compress.hpp>
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/random.hpp>
+#include <moecomp/io/safetensors.hpp>
+#include <moecomp/model/layout.hpp>
+
+#include <doctest/doctest.h>
+
+#include "test_files.hpp"
+#include "test_support.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace io = moecomp::io;
+namespace model = moecomp::model;
+namespace compress = moecomp::compress;
+using moecomp::index_t;
+using moecomp_test::temp_dir;
+using moecomp_test::thrown_message;
+
+namespace {
+
+constexpr index_t E = 8, I = 6, H = 10, T = 64, layers = 2;
+
+const std::vector<model::checkpoint_layout>& repository_layouts() {
+  static const std::vector<model::checkpoint_layout> layouts = model::read_checkpoint_layouts(MOECOMP_LAYOUTS_DIR);
+  return layouts;
+}
+
+std::string prefix(index_t layer) { return "model.layers." + std::to_string(layer) + ".block_sparse_moe."; }
+
+/// A 2-layer Mixtral checkpoint (float32) with its calibration tokens. Experts 2k and 2k + 1 are identical
+/// (`pairs`), and the router sends every token to experts 2 and 5 (`two_used`: their rows score 10 and 5 on the
+/// all-positive tokens, the others -1), or is random. `scale` multiplies every expert weight (1e30: a forward
+/// that overflows float).
+struct planted_model {
+  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, std::vector<index_t>> shapes;
+  std::map<std::string, std::vector<float>> calibration;
+
+  planted_model(bool pairs, bool two_used, float scale = 1.0f) {
+    moecomp::random_generator rng(7);
+    auto random = [&](index_t n) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (float& x : v) x = scale * static_cast<float>(rng.uniform<double>(-0.5, 0.5));
+      return v;
+    };
+    for (index_t l = 0; l < layers; ++l) {
+      std::vector<float> router(static_cast<std::size_t>(E * H));
+      for (index_t e = 0; e < E; ++e)
+        for (index_t h = 0; h < H; ++h)
+          router[static_cast<std::size_t>(e * H + h)] =
+              two_used ? (e == 2 ? 10.0f : e == 5 ? 5.0f : -1.0f) : static_cast<float>(rng.uniform<double>(-1, 1));
+      add(prefix(l) + "gate.weight", {E, H}, router);
+      for (index_t e = 0; e < E; ++e) {
+        const std::string p = prefix(l) + "experts." + std::to_string(e) + ".";
+        if (pairs && e % 2 == 1) {  // the twin of expert e - 1
+          const std::string twin = prefix(l) + "experts." + std::to_string(e - 1) + ".";
+          for (const char* w : {"w1", "w3", "w2"}) add(p + w + ".weight", shapes[twin + w + ".weight"], tensors[twin + w + ".weight"]);
+          continue;
+        }
+        add(p + "w1.weight", {I, H}, random(I * H));
+        add(p + "w3.weight", {I, H}, random(I * H));
+        add(p + "w2.weight", {H, I}, random(H * I));
+      }
+      std::vector<float> x(static_cast<std::size_t>(T * H));
+      for (float& v : x) v = static_cast<float>(two_used ? rng.uniform<double>(0.1, 1.0) : rng.uniform<double>(-1, 1)) *
+                             (scale > 1 ? 1e10f : 1.0f);
+      calibration["layers." + std::to_string(l) + ".moe_input"] = x;
+    }
+    add("model.embed_tokens.weight", {4, H}, random(4 * H));
+  }
+  void add(const std::string& name, std::vector<index_t> shape, std::vector<float> values) {
+    tensors[name] = std::move(values);
+    shapes[name] = std::move(shape);
+  }
+  void write(const temp_dir& dir) const {
+    std::vector<io::safetensors_entry> entries, calib;
+    for (const auto& [name, v] : tensors) entries.push_back({name, io::safetensors_dtype::f32, shapes.at(name), v.data()});
+    for (const auto& [name, v] : calibration) calib.push_back({name, io::safetensors_dtype::f32, {T, H}, v.data()});
+    io::write_safetensors(dir.file("model.safetensors"), entries, {{"format", "pt"}});
+    io::write_safetensors(dir.file("calibration.safetensors"), calib, {});
+    moecomp_test::write_file(dir.file("config.json"),
+                             "{\"model_type\": \"mixtral\", \"num_hidden_layers\": 2, \"num_local_experts\": 8, "
+                             "\"num_experts_per_tok\": 2, \"hidden_size\": 10, \"intermediate_size\": 6, "
+                             "\"hidden_act\": \"silu\"}");
+  }
+};
+
+/// A written planted model, opened.
+struct opened {
+  planted_model planted;
+  temp_dir dir;
+  std::string config;
+  io::safetensors_checkpoint checkpoint;
+  model::moe_model m;
+  io::safetensors_file calibration;
+  opened(const planted_model& p, const std::string& tag)
+      : planted(p),
+        dir(tag),
+        config((p.write(dir), moecomp_test::read_file(dir.file("config.json")))),
+        checkpoint(io::open_safetensors_checkpoint(dir.path.string())),
+        m(model::describe_moe_model(repository_layouts(), config, checkpoint)),
+        calibration(io::read_safetensors(dir.file("calibration.safetensors"))) {}
+};
+
+compress::compress_params resolved(const opened& o, compress::method how, index_t experts, bool calibrated = true) {
+  compress::compress_params p;
+  p.method = how;
+  p.experts = experts;
+  return compress::resolved_params(p, o.m, calibrated, compress::expert_dtype_of(o.checkpoint, o.m));
+}
+
+}  // namespace
+
+TEST_CASE("compress_layer: HC-SMoE on weights merges pairs of identical experts with no loss") {
+  const opened o(planted_model(/*pairs=*/true, /*two_used=*/false), "compress_pairs");
+  compress::compress_params p;
+  p.method = compress::method::hc_smoe;
+  p.experts = 4;
+  p.features = compress::expert_features::weights;
+  p.merge = moecomp::merge::merge_method::average;
+  p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+  const moecomp::host_context ctx(2);
+  const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, 1);
+  const moecomp::host_matrix<float> x = model::read_calibration_tokens(o.calibration, "layers.1.moe_input", H);
+  compress::layer_report report;
+  const compress::compressed_layer c = compress::compress_layer(ctx, p, o.m, w, x.const_view(), {}, report);
+  // The twins are at distance 0, so the 4 groups are the pairs, numbered by first appearance.
+  CHECK(report.groups == std::vector<std::int64_t>{0, 0, 1, 1, 2, 2, 3, 3});
+  CHECK(report.id_map == std::vector<std::int64_t>{0, 0, 1, 1, 2, 2, 3, 3});
+  CHECK(c.slots == report.id_map);
+  CHECK(c.stack_experts == 4);
+  // Each merged expert is its pair's weights exactly, so the layer computes the same function.
+  for (index_t g = 0; g < 4; ++g)
+    for (index_t k = 0; k < I * H; ++k) {
+      CHECK(c.w1[static_cast<std::size_t>(g * I * H + k)] == w.w1[static_cast<std::size_t>(2 * g * I * H + k)]);
+      CHECK(c.w2[static_cast<std::size_t>(g * I * H + k)] == w.w2[static_cast<std::size_t>(2 * g * I * H + k)]);
+    }
+  CHECK(report.output_relative_error < 1e-6);
+  CHECK(report.output_relative_error == compress::layer_output_error(ctx, o.m, w, c, x.const_view()));
+  CHECK(report.distinct_experts == 4);
+  CHECK(report.calibration_tokens == T);
+}
+
+TEST_CASE("compress_layer: pruning the experts no token reaches loses nothing") {
+  const opened o(planted_model(false, /*two_used=*/true), "compress_two_used");
+  const moecomp::host_context ctx(1);
+  const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, 0);
+  const moecomp::host_matrix<float> x = model::read_calibration_tokens(o.calibration, "layers.0.moe_input", H);
+  for (compress::prune_criterion criterion : {compress::prune_criterion::frequency, compress::prune_criterion::reap}) {
+    compress::compress_params p;
+    p.method = compress::method::prune;
+    p.experts = 3;
+    p.criterion = criterion;
+    p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+    compress::layer_report report;
+    const compress::compressed_layer c = compress::compress_layer(ctx, p, o.m, w, x.const_view(), {}, report);
+    // Experts 2 and 5 take every token; the third kept is the lowest index among the unused (score 0).
+    CHECK(report.kept == std::vector<std::int64_t>{0, 2, 5});
+    CHECK(c.slots == report.kept);
+    if (criterion == compress::prune_criterion::frequency) {
+      CHECK(report.scores[2] == 0.5);
+      CHECK(report.scores[5] == 0.5);
+    }
+    for (index_t e : {1, 3, 4, 6, 7}) CHECK(report.scores[static_cast<std::size_t>(e)] == 0.0);
+    for (index_t h = 0; h < H; ++h) CHECK(c.router(1, h) == w.router(2, h));
+    CHECK(report.output_relative_error < 1e-6);
+  }
+}
+
+TEST_CASE("resolved_params: the auto values and the rules between the fields") {
+  const opened o(planted_model(false, false), "compress_params");
+  SUBCASE("defaults") {
+    const compress::compress_params calibrated = resolved(o, compress::method::hc_smoe, 0);
+    CHECK(calibrated.experts == 4);  // half of 8, at least top-2
+    CHECK(calibrated.features == compress::expert_features::outputs);
+    CHECK(*calibrated.merge == moecomp::merge::merge_method::frequency);
+    const compress::compress_params bare = resolved(o, compress::method::hc_smoe, 0, /*calibrated=*/false);
+    CHECK(bare.features == compress::expert_features::weights);
+    CHECK(*bare.merge == moecomp::merge::merge_method::average);
+    const compress::compress_params cka = resolved(o, compress::method::cka_merge, 0);
+    CHECK(cka.similarity == compress::expert_similarity::cka);
+    CHECK(*cka.merge == moecomp::merge::merge_method::uniform);
+    compress::compress_params r;
+    r.method = compress::method::resmoe;
+    r = compress::resolved_params(r, o.m, false, io::safetensors_dtype::bf16);
+    CHECK(r.experts == 8);
+    CHECK(*r.values == moecomp::sparse::value_dtype::bfloat16);
+    CHECK(r.max_iterations == 100);
+  }
+  SUBCASE("refusals name the field") {
+    CHECK(thrown_message([&] { resolved(o, compress::method::prune, 9); }).find("params.experts must be 1 to 8") !=
+          std::string::npos);
+    CHECK(thrown_message([&] { resolved(o, compress::method::prune, 1); }).find("top-k") != std::string::npos);
+    CHECK(thrown_message([&] { resolved(o, compress::method::prune, 4, false); }).find("needs calibration tokens") !=
+          std::string::npos);
+    compress::compress_params p;
+    p.method = compress::method::hc_smoe;
+    p.merge = moecomp::merge::merge_method::uniform;
+    CHECK(thrown_message([&] { compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32); })
+              .find("params.merge must be frequency, average or fix-dom") != std::string::npos);
+    p.method = compress::method::resmoe;
+    p.merge.reset();
+    p.keep = 1.5;
+    CHECK(thrown_message([&] { compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32); })
+              .find("params.keep") != std::string::npos);
+    p.method = compress::method::moefy;
+    CHECK(thrown_message([&] { compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32); })
+              .find("moefy splits dense checkpoints") != std::string::npos);
+  }
+}
+
+TEST_CASE("compress_checkpoint: every layer written shard by shard, identically at any thread count") {
+  const opened o(planted_model(false, true), "compress_checkpoint");
+  const compress::compress_params p = resolved(o, compress::method::prune, 3);
+  std::map<int, std::string> shards;
+  for (int threads : {1, 2}) {
+    temp_dir out("compress_checkpoint_out_" + std::to_string(threads));
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    std::vector<std::string> steps;
+    compress::compress_observer observer;
+    observer.step = [&](index_t layer, index_t count, const std::string& name, const std::string& step) {
+      steps.push_back(std::to_string(layer) + "/" + std::to_string(count) + " " + name + " " + step);
+    };
+    const compress::checkpoint_report r =
+        compress::compress_checkpoint(moecomp::host_context(threads), p, o.checkpoint, o.m,
+                                      compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer,
+                                      nullptr, observer);
+    REQUIRE(r.ok());
+    CHECK(r.iterations == layers);
+    REQUIRE(r.layers.size() == 2);
+    CHECK(steps.front() == "0/2 model.layers.0.block_sparse_moe loading");
+    CHECK(steps.back() == "1/2 rest writing the other tensors");
+    // Three shards (two layers and the rest) and their index; the kept experts are the input's bytes.
+    const io::safetensors_checkpoint written = io::open_safetensors_checkpoint(out.path.string());
+    CHECK(written.names().size() == 1 + layers * (1 + 3 * 3));
+    for (index_t l = 0; l < layers; ++l) {
+      CHECK(r.layers[static_cast<std::size_t>(l)].kept == std::vector<std::int64_t>{0, 2, 5});
+      const io::safetensors_tensor kept = written.tensor(prefix(l) + "experts.2.w2.weight");  // slot 2 holds expert 5
+      const std::vector<float>& original = o.planted.tensors.at(prefix(l) + "experts.5.w2.weight");
+      CHECK(std::memcmp(kept.data(), original.data(), original.size() * sizeof(float)) == 0);
+      CHECK(written.info(prefix(l) + "gate.weight").shape == std::vector<index_t>{3, H});
+    }
+    CHECK(r.config_json.find("\"num_local_experts\": 3") != std::string::npos);
+    CHECK(r.config_json.find("\"moecomp_compression\"") != std::string::npos);
+    std::string bytes;
+    for (const auto& entry : std::filesystem::directory_iterator(out.path))
+      if (entry.path().extension() == ".safetensors") bytes += moecomp_test::read_file(entry.path().string());
+    shards[threads] = bytes;
+    const auto report = compress::report_json(r, "planted", "c.safetensors", 0.0, 0.0);
+    CHECK(report["layers"][0]["kept"] == nlohmann::ordered_json({0, 2, 5}));
+    CHECK(report["options"]["criterion"] == "frequency");
+  }
+  CHECK(shards[1] == shards[2]);
+}
+
+TEST_CASE("compress_checkpoint: a cancelled run and a non-finite output error leave no shard") {
+  SUBCASE("cancelled after the first layer") {
+    const opened o(planted_model(false, false), "compress_cancel");
+    const compress::compress_params p = resolved(o, compress::method::hc_smoe, 4);
+    temp_dir out("compress_cancel_out");
+    compress::checkpoint_report r;
+    {
+      io::safetensors_sharded_writer writer(out.path.string(), "model");
+      int asked = 0;
+      compress::compress_observer observer;
+      observer.stop = [&] { return ++asked > 3; };  // three checks a layer: the second layer's first check stops
+      r = compress::compress_checkpoint(moecomp::host_context(1), p, o.checkpoint, o.m,
+                                        compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer,
+                                        nullptr, observer);
+    }
+    CHECK(r.cancelled);
+    CHECK(r.status == moecomp::status::not_converged);
+    CHECK(r.iterations == 1);
+    CHECK(out.entries().empty());
+  }
+  SUBCASE("an expert forward that overflows float") {
+    // Pruning scores by routing alone; the error's forward through the experts overflows.
+    const opened o(planted_model(false, false, /*scale=*/1e30f), "compress_overflow");
+    const compress::compress_params p = resolved(o, compress::method::prune, 4);
+    temp_dir out("compress_overflow_out");
+    compress::checkpoint_report r;
+    {
+      io::safetensors_sharded_writer writer(out.path.string(), "model");
+      r = compress::compress_checkpoint(moecomp::host_context(1), p, o.checkpoint, o.m,
+                                        compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+    }
+    CHECK(r.status == moecomp::status::numerical_error);
+    CHECK(r.failed_layer == "model.layers.0.block_sparse_moe");
+    CHECK(!std::isfinite(r.criterion));
+    CHECK(out.entries().empty());
+  }
+}
