@@ -98,6 +98,7 @@ class MoecompConan(ConanFile):
             "MOECOMP_INSTALL": True,
             "MOECOMP_BUILD_TESTS": False,
             "MOECOMP_BUILD_EXAMPLES": False,
+            "MOECOMP_BUILD_TOOLS": False,
             "MOECOMP_BUILD_BENCHMARKS": False,
             "MOECOMP_ENABLE_CUDA": False,
         })

@@ -4,8 +4,8 @@
 x86-64, SSE2), timed alternately in every round (this VM's speed drifts), best of --repeat. Times are the
 tool's own "seconds" (the library call, no file I/O).
 
-Usage: native_vs_portable.py --native build/default/examples/cli/moecomp \
-                             --portable build/portable/examples/cli/moecomp [--repeat 5]"""
+Usage: native_vs_portable.py --native build/default/tools/cli/moecomp \
+                             --portable build/portable/tools/cli/moecomp [--repeat 5]"""
 import argparse
 import json
 import os

@@ -62,7 +62,7 @@ run_job() {
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
     -DCMAKE_CXX_COMPILER="$compiler" \
     -DCMAKE_CXX_FLAGS="-march=$level" -DMOECOMP_NATIVE=OFF -DMOECOMP_WERROR=ON -DMOECOMP_ENABLE_CUDA=OFF \
-    -DMOECOMP_BUILD_BENCHMARKS="$benches" -DMOECOMP_BUILD_EXAMPLES="$tool" \
+    -DMOECOMP_BUILD_BENCHMARKS="$benches" -DMOECOMP_BUILD_EXAMPLES="$tool" -DMOECOMP_BUILD_TOOLS="$tool" \
     > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
   cmake --build "$dir"
   # GCC at x86-64-v4 is compiled only: on a CPU with AVX-512 the default build (GCC, -march=native, a superset

@@ -8,7 +8,11 @@ is one.
 It also checks that every detail header refuses to be included first: its first moecomp include is
 moecomp/core/detail/internal_header.hpp, which stops the compilation unless a public header came before.
 
-Usage: check_boundaries.py INCLUDE_DIR"""
+Programs built on the library (the tool, the Python binding) use its public API only: with --programs DIR...,
+every C++ source under those directories is checked for a `detail::` name or a `/detail/` include (comments
+aside).
+
+Usage: check_boundaries.py INCLUDE_DIR [--programs DIR ...]"""
 import os
 import re
 import sys
@@ -50,9 +54,23 @@ def main():
                     continue
                 violations.append(f"{here} includes {target}: a detail header of module '{owner}' "
                                   f"(move what is shared to core/detail, or use the module's public header)")
+    programs = sys.argv[sys.argv.index("--programs") + 1:] if "--programs" in sys.argv else []
+    sources = 0
+    for program in programs:
+        for folder, _, files in os.walk(program):
+            for name in sorted(files):
+                if not name.endswith((".cpp", ".hpp", ".cu", ".cuh", ".h")):
+                    continue
+                full = os.path.join(folder, name)
+                sources += 1
+                with open(full, encoding="utf-8") as f:
+                    for number, line in enumerate(f, 1):
+                        code = line.split("//", 1)[0]
+                        if "detail::" in code or re.search(r'#\s*include\s*[<"][^>"]*/detail/', code):
+                            violations.append(f"{full}:{number}: a program uses the library's detail: {line.strip()}")
     for v in violations:
         print("FAIL", v)
-    print(f"check_boundaries: {headers} headers, {len(violations)} violations")
+    print(f"check_boundaries: {headers} headers, {sources} program sources, {len(violations)} violations")
     sys.exit(1 if violations else 0)
 
 

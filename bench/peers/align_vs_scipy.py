@@ -13,7 +13,7 @@ totals agree (1e-5 relative: both work in float32 costs).
 With --mixtral, also the Mixtral-size weight matching (d = 4096, d_ff = 14336: 14336 design rows of 12288),
 moecomp alone: time and the tool's peak resident memory (its own process, from wait4's rusage).
 
-    OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/peers/align_vs_scipy.py --moecomp build/default/examples/cli/moecomp
+    OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/peers/align_vs_scipy.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

@@ -7,7 +7,7 @@ squared distances between two 1024-point clouds in 16-D. moecomp's time is the "
 (the solver alone, single-threaded, no file I/O); scipy is timed in-process around its call; best of
 --repeat runs each. Each row says whether the totals agree to 1e-9 relative.
 
-    /usr/bin/python3 bench/peers/assign_vs_scipy.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/assign_vs_scipy.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

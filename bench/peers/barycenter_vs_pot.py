@@ -10,7 +10,7 @@ gives both objectives sum_j w_j W_2^2(B, X_j), evaluated exactly for each return
 scipy.optimize.linear_sum_assignment (POT's own iterate can carry the suboptimal plans of its emd's 100000-pivot
 cap), the iteration counts, and whether moecomp's objective is <= POT's (+1e-9 relative).
 
-    /usr/bin/python3 bench/peers/barycenter_vs_pot.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/barycenter_vs_pot.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

@@ -13,7 +13,7 @@ Workloads (issue 13), float32 normal data, linear kernel, biased CKA:
 Peers use OpenBLAS on --threads threads (set before numpy loads); moecomp runs its own --threads with
 single-threaded GEMM tiles. moecomp's time is its --json "seconds" (the computation alone, no file I/O).
 
-    /usr/bin/python3 bench/peers/cka_matrix_vs_numpy.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/cka_matrix_vs_numpy.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import os

@@ -7,7 +7,7 @@ random normalised, cost = squared Euclidean between uniform random 2-D points (o
 in-process (dense plan as well). Best of --repeat runs each. Each row also says whether the costs agree (1e-9
 relative) and gives moecomp's pivot count.
 
-    /usr/bin/python3 bench/peers/emd_vs_pot.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/emd_vs_pot.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

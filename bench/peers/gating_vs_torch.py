@@ -9,7 +9,7 @@ gate). Both sides are timed the same way: the best of --repeat calls in one proc
 script, moecomp by its own --repeat), so neither pays a cold thread pool or cold caches; the tool is also
 run --repeat times, and the best of all is kept.
 
-    /usr/bin/python3 bench/peers/gating_vs_torch.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/gating_vs_torch.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

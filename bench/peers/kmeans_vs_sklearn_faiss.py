@@ -10,7 +10,7 @@ GEMM floor: the assignment's 2 n k d flops per iteration at this machine's measu
 same threads). Agreement: the labels equal scikit-learn's (same starts, same iterations) and the inertia
 relative difference.
 
-    /usr/bin/python3 bench/peers/kmeans_vs_sklearn_faiss.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/kmeans_vs_sklearn_faiss.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import os

@@ -9,7 +9,7 @@ moecomp's time is the "seconds" of its --json (distances + linkage for points, n
 in-process around their calls. Each row also says whether the Z matrices agree (ids and sizes exactly,
 heights to 1e-9 relative).
 
-    /usr/bin/python3 bench/peers/linkage_vs_fastcluster.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/linkage_vs_fastcluster.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

@@ -12,7 +12,7 @@ Both sides: 2 threads. moecomp's time is the "seconds" of --json with --no-error
 peer is timed in-process; best of --repeat. Each row says whether the merged weights agree (float32: 1e-4 relative
 to the largest weight, the argmax ties of float32 rounding aside).
 
-    OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/peers/merge_vs_torch.py --moecomp build/default/examples/cli/moecomp
+    OPENBLAS_NUM_THREADS=2 /usr/bin/python3 bench/peers/merge_vs_torch.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

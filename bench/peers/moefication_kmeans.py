@@ -9,7 +9,7 @@ times are the tool's --json seconds. The assignment step alone: the transport pr
 last step (11008 rows of supply 1, 64 columns of demand 172, squared distances to the returned centres) as
 `moecomp emd --sparse` against POT's ot.emd, costs compared.
 
-    /usr/bin/python3 bench/peers/moefication_kmeans.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/moefication_kmeans.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

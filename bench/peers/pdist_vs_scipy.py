@@ -5,7 +5,7 @@ moecomp's time is the "seconds" its --json reports (the algorithm alone, as scip
 around the pdist call: neither includes file I/O). Prints one Markdown table row per metric with the ratio
 scipy_seconds / moecomp_seconds, and the largest relative difference between the two results.
 
-    /usr/bin/python3 bench/peers/pdist_vs_scipy.py --moecomp build/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/pdist_vs_scipy.py --moecomp build/tools/cli/moecomp
 """
 import argparse
 import datetime

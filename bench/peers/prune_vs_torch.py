@@ -8,7 +8,7 @@ same slice. The masks agree (checked on the slice). moecomp's time is its --json
 alone, no file I/O). The floor: the matrix read twice and written once at this machine's copy bandwidth
 (numpy's copy of the slice, measured here).
 
-    /usr/bin/python3 bench/peers/prune_vs_torch.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/prune_vs_torch.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

@@ -12,7 +12,7 @@ moecomp's time is the "seconds" of its --json (the algorithm only, no file I/O);
 of --repeat rounds, each round timing POT and then moecomp (so both see the same machine load). Every row
 prints the max relative difference of the outputs (max |x - x_pot| / max x_pot).
 
-    /usr/bin/python3 bench/peers/sinkhorn_vs_pot.py --moecomp build/default/examples/cli/moecomp
+    /usr/bin/python3 bench/peers/sinkhorn_vs_pot.py --moecomp build/default/tools/cli/moecomp
 """
 import argparse
 import datetime

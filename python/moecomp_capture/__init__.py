@@ -65,7 +65,7 @@ its stack and layer index."""
 
 
 def calibration_key(stack, layer, first_stack):
-    """The tensor name `moecomp compress` reads for a layer (examples/cli/command_compress.cpp):
+    """The tensor name `moecomp compress` reads for a layer (tools/cli/command_compress.cpp):
     (stack == first_stack ? "" : stack + ".") + "layers." + layer + ".moe_input"."""
     return ("" if stack == first_stack else stack + ".") + f"layers.{int(layer)}.moe_input"
 

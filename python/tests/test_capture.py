@@ -8,7 +8,7 @@
 - Fake transformers trees (classes named and nested as transformers' Mixtral, Qwen2-MoE, DeepSeek-V2/V3, OLMoE,
   Switch, Mistral): keys and values against a direct walk of the layers; padding masks, max_tokens, dtype, hooks.
 - The writer against an independent reader (struct + numpy), and against `moecomp compress` when the tool is
-  built (argv[1], $MOECOMP_CLI, or build/default/examples/cli/moecomp).
+  built (argv[1], $MOECOMP_CLI, or build/default/tools/cli/moecomp).
 - Every error. Prints one line per check and `N passed, M failed`; exits 1 on a failure.
 
     /usr/bin/python3 python/tests/test_capture.py [path/to/moecomp]

@@ -107,13 +107,19 @@ def main():
             np.save(c.path(name + ".npy"), value)
         members = [np.nonzero(GROUPS == g)[0] for g in range(3)]
 
-        # frequency, given: HC-SMoE's formula; group 2 (expert 3, f = 0) is zeroed.
+        # frequency, given: HC-SMoE's formula. Group 2 is expert 3 alone, with f = 0: HC-SMoE's rule would zero it,
+        # and the tool refuses that (docs/cli.md, merge); with f_3 > 0 the formula holds for every group.
+        c.expect_directory_error("frequency: a group of total frequency 0 is refused, not zeroed",
+                                 ["merge", "--w1", c.path("w1.npy"), "--w2", c.path("w2.npy"), "--groups",
+                                  c.path("groups.npy"), "--method", "frequency", "--frequencies", c.path("freq.npy")],
+                                 "--frequencies", "group 2 (experts 3)", "all zeros")
+        freq = np.array([0.3, 0.2, 0.1, 0.05, 0.25, 0.15])
+        np.save(c.path("freq.npy"), freq)
         out, s = c.merge("freq", "frequency", "--frequencies", c.path("freq.npy"))
         for g, m in enumerate(members):
             z = freq[m].sum() + 1e-7
             for k, w in (("w1", w1), ("w3", w3), ("w2", w2)):
                 c.close(f"frequency group {g} {k}", out[k][g], np.tensordot(freq[m], w[m], axes=1) / z, 1e-12)
-        c.check("frequency: the unused singleton is zero", not out["w1"][2].any(), f"max {np.abs(out['w1'][2]).max()}")
         c.check("frequency: map = groups", np.array_equal(out["map"], GROUPS), f"{out['map']}")
         c.check("frequency: no router.npy (the router is kept)", out["router"] is None, "router.npy written")
 

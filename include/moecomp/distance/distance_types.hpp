@@ -76,6 +76,16 @@ constexpr double effective_cancellation_threshold(const pairwise_distance_params
 /// Number of entries of the condensed distance vector of n points: n (n - 1) / 2.
 constexpr index_t condensed_size(index_t n) noexcept { return n < 2 ? 0 : n * (n - 1) / 2; }
 
+/// n such that the condensed vector of n points has `size` entries (n (n - 1) / 2 == size), or -1 when no n
+/// does; size 0 gives n = 1 (scipy's squareform convention for an empty vector).
+inline index_t points_of_condensed_size(index_t size) noexcept {
+  if (size < 0) return -1;
+  auto n = static_cast<index_t>(std::floor((1.0 + std::sqrt(1.0 + 8.0 * static_cast<double>(size))) / 2.0));
+  for (index_t candidate = n > 2 ? n - 1 : 1; candidate <= n + 1; ++candidate)
+    if (condensed_size(candidate) == size) return candidate;
+  return -1;
+}
+
 /// Position of pair (i, j), i < j < n, in the condensed vector (scipy pdist order: row by row).
 constexpr index_t condensed_index(index_t n, index_t i, index_t j) noexcept {
   return n * i - i * (i + 1) / 2 + (j - i - 1);

@@ -53,11 +53,7 @@ inline void condensed_pair(index_t n, index_t k, index_t& i, index_t& j) noexcep
 
 /// n such that n (n - 1) / 2 == length, or -1 when length is not such a number. Length 0 gives n = 1.
 inline index_t points_from_condensed_length(index_t length) noexcept {
-  if (length < 0) return -1;
-  auto n = static_cast<index_t>(std::floor((1.0 + std::sqrt(1.0 + 8.0 * static_cast<double>(length))) / 2.0));
-  for (index_t candidate = n > 2 ? n - 1 : 1; candidate <= n + 1; ++candidate)
-    if (distance::condensed_size(candidate) == length) return candidate;
-  return -1;
+  return distance::points_of_condensed_size(length);
 }
 
 // ---------------------------------------------------------------------------------------------------

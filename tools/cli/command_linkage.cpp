@@ -30,7 +30,7 @@ int run_linkage(const arguments& args, output_files& outputs, const moecomp::io:
     require_memory(static_cast<double>(input.size()) * (2.0 * sizeof(double) + sizeof(T)),
                    "linkage: " + std::to_string(input.size()) + " condensed distances", "");
     const host_vector<T> distances = input.to_vector<T>();
-    n = cluster::detail::points_from_condensed_length(distances.size());
+    n = distance::points_of_condensed_size(distances.size());
     z = host_matrix<double>(n > 1 ? n - 1 : 0, 4);
     const stopwatch timer;
     cluster::linkage_condensed(ctx, params, distances.view(), z.view());

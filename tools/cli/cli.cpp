@@ -886,8 +886,9 @@ std::string unique_suffix(std::uint64_t salt) {
   std::uint64_t z = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^ (salt << 16);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  std::string hex = moecomp::detail::hex_text(z ^ (z >> 31));
-  return std::string(16 - hex.size(), '0') + hex;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(z ^ (z >> 31)));
+  return hex;
 }
 }  // namespace
 

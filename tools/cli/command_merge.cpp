@@ -105,8 +105,10 @@ int run_merge(const arguments& args, output_files& outputs) {
   // Group count and the shapes first, so that a bad --groups is named before any allocation.
   index_t g = 0;
   try {
-    moecomp::detail::check_ffn_stack("merge", experts);
-    g = merge::detail::checked_group_count("merge", make_vector_view<const std::int64_t>(groups.data(), static_cast<index_t>(groups.size())), e);
+    if (static_cast<index_t>(groups.size()) != e)
+      throw usage_error("option --groups: expected " + std::to_string(e) + " entries (one group id per expert of --w1), got " +
+                        std::to_string(groups.size()));
+    g = merge::group_count(make_vector_view<const std::int64_t>(groups.data(), e));
   } catch (const invalid_argument& err) {
     throw usage_error(name_the_merge_option(err.what()));
   }
