@@ -102,17 +102,22 @@ struct storage_dtypes {
 
 /// One MoE layer compressed by `params` (resolved): the new layer, rounded to `dtypes`, and in `report` its
 /// method's record, the steps' times and its output error on the tokens x (T x H; 0 rows: no tokens, error NaN).
-/// Pure: no files. `observer.step` hears each step (layer number 0 of 1).
+/// Pure: no files. `observer.step` hears each step (layer number 0 of 1). The weights are read through `w`, views
+/// of the caller's memory (any row and matrix strides), never copied; they must be the model's shape (m's
+/// num_experts, hidden_size, expert_size, gated, shared_expert_size) and finite: invalid_argument naming the
+/// view otherwise. A prune result's empty w1 means the caller's stack, addressed through the slots.
 inline compressed_layer compress_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                                       const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                                       const moe_layer_weights_view& w, matrix_view<const float> x,
                                        const storage_dtypes& dtypes, layer_report& report,
                                        const compress_observer& observer = {}) {
-  MOECOMP_EXPECTS(params.method != method::moefy, "compress_layer: params.method must be a method for MoE layers, got moefy");
-  MOECOMP_EXPECTS(w.experts == m.num_experts && x.cols() == w.d_model, "compress_layer: the weights must be the model's ",
-                  "layer (", m.num_experts, " experts) and x must have ", w.d_model, " columns, got ", w.experts, " and ",
+  constexpr const char* fn = "compress_layer";
+  MOECOMP_EXPECTS(params.method != method::moefy, fn, ": params.method must be a method for MoE layers, got moefy");
+  detail::check_layer_view(fn, m, w);
+  MOECOMP_EXPECTS(x.cols() == m.hidden_size, fn, ": x must have ", m.hidden_size, " columns (the hidden size), got ",
                   x.cols());
-  MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= w.experts,
-                  "compress_layer: params must be resolved (resolved_params), got params.experts ", params.experts);
+  MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= m.num_experts,
+                  fn, ": params must be resolved (resolved_params), got params.experts ", params.experts);
+  moecomp::detail::check_finite(fn, "x", x, ctx.threads());
   const auto t0 = std::chrono::steady_clock::now();
   const detail::step_timer timed(observer, 0, 1, report.layer, report);
   compressed_layer c = detail::compress_layer_host(ctx, params, m, w, x, dtypes.experts, timed, report);
@@ -125,11 +130,29 @@ inline compressed_layer compress_layer(const host_context& ctx, const compress_p
   return c;
 }
 
+/// The same on a loaded layer (model::load_moe_layer's), viewed in place.
+inline compressed_layer compress_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                       const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                                       const storage_dtypes& dtypes, layer_report& report,
+                                       const compress_observer& observer = {}) {
+  MOECOMP_EXPECTS(w.experts == m.num_experts && x.cols() == w.d_model, "compress_layer: the weights must be the model's ",
+                  "layer (", m.num_experts, " experts) and x must have ", w.d_model, " columns, got ", w.experts, " and ",
+                  x.cols());
+  return compress_layer(ctx, params, m, detail::layer_view(w), x, dtypes, report, observer);
+}
+
 /// || y - y' ||_F / || y ||_F: the output of the layer `c` against the original's on x (0 rows: NaN), both through
 /// moe::moe_layer_forward with the model's routing (shared experts included).
 inline double layer_output_error(const host_context& ctx, const model::moe_model& m,
                                  const model::moe_layer_weights<float>& w, const compressed_layer& c,
                                  matrix_view<const float> x) {
+  return detail::layer_error(ctx, m, detail::layer_view(w), c, x);
+}
+
+/// The same with the original layer given as views.
+inline double layer_output_error(const host_context& ctx, const model::moe_model& m, const moe_layer_weights_view& w,
+                                 const compressed_layer& c, matrix_view<const float> x) {
+  detail::check_layer_view("layer_output_error", m, w);
   return detail::layer_error(ctx, m, w, c, x);
 }
 

@@ -7,8 +7,10 @@
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/status.hpp>
 #include <moecomp/core/host_buffer.hpp>
+#include <moecomp/core/views.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
 #include <moecomp/merge/merge_types.hpp>
+#include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/moe/shared_base.hpp>
 #include <moecomp/sparse/residual_types.hpp>
 
@@ -155,6 +157,20 @@ struct compress_params {
   /// the balanced k-means runs (the lowest inertia kept).
   index_t top_k = 0;
   index_t restarts = 10;
+};
+
+/// One MoE layer's float weights as views of the caller's memory: what compress_layer reads, nothing copied
+/// (model::moe_layer_weights, which owns its tensors, is viewed this way by compress_layer's other overload).
+/// experts: E experts in nn.Linear layout (W1, W3: E x I x H; W2: E x H x I; W3 empty for plain FFNs; no
+/// biases); router: E x H; router_bias: the router's logit bias (Switch), correction_bias: the selection bias
+/// (DeepSeek-V3), E each or empty; shared: the shared expert (I_s x H, I_s x H or empty, H x I_s; w1 empty: none)
+/// and shared_gate its sigmoid gate row (H, Qwen2-MoE; or empty).
+struct moe_layer_weights_view {
+  moe::ffn_expert_stack_view<float> experts;
+  matrix_view<const float> router;
+  vector_view<const float> router_bias, correction_bias;
+  moe::ffn_expert_view<float> shared;
+  vector_view<const float> shared_gate;
 };
 
 /// One MoE layer after compression: `stack_experts` experts (W1, W3: S x I x H; W2: S x H x I, float, rounded to

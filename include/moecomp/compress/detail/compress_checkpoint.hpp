@@ -181,7 +181,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), w.d_model);
     report.steps_seconds.emplace_back("loading", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
-    compressed_layer c = compress_layer_host(ctx, params, m, w, x.const_view(), expert_dtype, timed, report);
+    compressed_layer c = compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report);
     round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
                            names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
                            names.correction_bias.empty() ? io::safetensors_dtype::f32
@@ -192,7 +192,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
       return result;
     }
     double error = 0;
-    timed("error", [&] { error = layer_error(ctx, m, w, c, x.const_view()); });
+    timed("error", [&] { error = layer_error(ctx, m, layer_view(w), c, x.const_view()); });
     if (x.rows() > 0 && !std::isfinite(error)) {
       result.status = moecomp::status::numerical_error;
       result.failed_layer = report.layer;

@@ -4,6 +4,8 @@
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/checks.hpp>
+#include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/cluster/fcluster.hpp>
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/linkage.hpp>
@@ -74,35 +76,109 @@ inline moe::ffn_expert_stack_view<float> stack_view(const std::vector<float>& w1
   return v;
 }
 
+/// Owned copies of the caller's router and biases (any strides), for the compressed layer.
+inline host_matrix<float> copy_of(matrix_view<const float> a) {
+  host_matrix<float> out(a.rows(), a.cols());
+  for (index_t i = 0; i < a.rows(); ++i)
+    for (index_t j = 0; j < a.cols(); ++j) out(i, j) = a(i, j);
+  return out;
+}
+inline std::vector<float> copy_of(vector_view<const float> v) {
+  std::vector<float> out(static_cast<std::size_t>(v.size()));
+  for (index_t i = 0; i < v.size(); ++i) out[static_cast<std::size_t>(i)] = v[i];
+  return out;
+}
+
+/// A loaded layer as compress_layer's view of it (nothing copied).
+inline moe_layer_weights_view layer_view(const model::moe_layer_weights<float>& w) {
+  moe_layer_weights_view v;
+  v.experts = w.experts_view();
+  v.router = w.router.const_view();
+  if (!w.router_bias.empty()) v.router_bias = make_vector_view(w.router_bias.data(), w.experts);
+  if (!w.correction_bias.empty()) v.correction_bias = make_vector_view(w.correction_bias.data(), w.experts);
+  if (w.has_shared_expert()) v.shared = w.shared_expert_view();
+  if (!w.shared_gate.empty()) v.shared_gate = make_vector_view(w.shared_gate.data(), w.d_model);
+  return v;
+}
+
+/// compress_layer's checks of a layer given as views: the model's shapes, no expert biases, finite values.
+inline void check_layer_view(const char* fn, const model::moe_model& m, const moe_layer_weights_view& w) {
+  using moecomp::detail::shape_string;
+  const moe::ffn_expert_stack_view<float>& s = w.experts;
+  const index_t E = m.num_experts, H = m.hidden_size, I = m.expert_size;
+  MOECOMP_EXPECTS(s.experts() == E && s.d_ff() == I && s.d_model() == H && s.gated() == m.gated, fn,
+                  ": the experts must be the model's: ", E, " experts of ", shape_string(I, H), m.gated ? ", gated" : ", not gated",
+                  ", got ", s.experts(), " of ", shape_string(s.d_ff(), s.d_model()), s.gated() ? ", gated" : ", not gated");
+  moecomp::detail::check_ffn_stack(fn, s);
+  MOECOMP_EXPECTS(s.b1.empty() && s.b3.empty() && s.b2.empty(), fn, ": the experts must have no biases (compress writes none)");
+  MOECOMP_EXPECTS(w.router.rows() == E && w.router.cols() == H, fn, ": router must be ", shape_string(E, H),
+                  " (experts x hidden size), got ", shape_string(w.router.rows(), w.router.cols()));
+  MOECOMP_EXPECTS(w.router_bias.empty() || w.router_bias.size() == E, fn, ": router_bias must be empty or have ", E,
+                  " entries, got ", w.router_bias.size());
+  MOECOMP_EXPECTS(w.correction_bias.empty() || w.correction_bias.size() == E, fn, ": correction_bias must be empty or have ",
+                  E, " entries, got ", w.correction_bias.size());
+  const bool shared = !w.shared.w1.empty();
+  MOECOMP_EXPECTS(shared == (m.shared_expert_size > 0), fn, shared ? ": the model has no shared expert, got one"
+                                                                   : ": the model has a shared expert of ",
+                  m.shared_expert_size, shared ? "" : " neurons, got none");
+  if (shared) {
+    moecomp::detail::check_ffn_expert(fn, w.shared);
+    MOECOMP_EXPECTS(w.shared.d_ff() == m.shared_expert_size && w.shared.d_model() == H, fn, ": the shared expert must be ",
+                    m.shared_expert_size, " neurons over ", H, " inputs, got ", shape_string(w.shared.d_ff(), w.shared.d_model()));
+    MOECOMP_EXPECTS(w.shared.b1.empty() && w.shared.b3.empty() && w.shared.b2.empty(), fn,
+                    ": the shared expert must have no biases");
+  }
+  MOECOMP_EXPECTS(w.shared_gate.empty() || (shared && w.shared_gate.size() == H), fn,
+                  ": shared_gate must be empty or have ", H, " entries with a shared expert, got ", w.shared_gate.size());
+  for (index_t e = 0; e < E; ++e) {
+    moecomp::detail::check_finite(fn, "experts.w1", s.w1.matrix(e));
+    if (s.gated()) moecomp::detail::check_finite(fn, "experts.w3", s.w3.matrix(e));
+    moecomp::detail::check_finite(fn, "experts.w2", s.w2.matrix(e));
+  }
+  moecomp::detail::check_finite(fn, "router", w.router);
+  const auto finite_vector = [&](const char* name, vector_view<const float> v) {
+    for (index_t i = 0; i < v.size(); ++i)
+      MOECOMP_EXPECTS(std::isfinite(v[i]), fn, ": ", name, " must be finite, got ", v[i], " at ", i);
+  };
+  finite_vector("router_bias", w.router_bias);
+  finite_vector("correction_bias", w.correction_bias);
+  finite_vector("shared_gate", w.shared_gate);
+  if (shared) {
+    moecomp::detail::check_finite(fn, "shared.w1", w.shared.w1);
+    if (w.shared.gated()) moecomp::detail::check_finite(fn, "shared.w3", w.shared.w3);
+    moecomp::detail::check_finite(fn, "shared.w2", w.shared.w2);
+  }
+}
+
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
 /// router keeps its E rows (id map) or gets one row per group, whose biases are merged with the rows'
 /// coefficients.
-inline compressed_layer merge_layer(const host_context& ctx, const model::moe_layer_weights<float>& w,
+inline compressed_layer merge_layer(const host_context& ctx, const moe_layer_weights_view& w,
                                     const std::vector<std::int64_t>& labels, const merge::merge_params& params,
                                     matrix_view<const float> x, const std::vector<std::int64_t>& dominants,
                                     layer_report& report) {
-  const index_t E = w.experts, I = w.d_ff, H = w.d_model;
+  const index_t E = w.experts.experts(), I = w.experts.d_ff(), H = w.experts.d_model();
   const index_t g = merge::group_count(make_vector_view(labels.data(), E));
   compressed_layer out;
   out.stack_experts = g;
   out.w1.resize(static_cast<std::size_t>(g * I * H));
-  if (w.gated) out.w3.resize(out.w1.size());
+  if (w.experts.gated()) out.w3.resize(out.w1.size());
   out.w2.resize(out.w1.size());
   host_matrix<float> merged_router(g, H);
   std::vector<std::int64_t> map(static_cast<std::size_t>(E));
   merge::merge_data<float> data;
   data.x = x;
-  data.router = w.router.const_view();
+  data.router = w.router;
   if (!dominants.empty()) data.dominants = make_vector_view(dominants.data(), g);
   merge::merge_outputs<float> outputs;
   outputs.experts.w1 = matrix_stack_view<float>(out.w1.data(), g, I, H);
-  if (w.gated) outputs.experts.w3 = matrix_stack_view<float>(out.w3.data(), g, I, H);
+  if (w.experts.gated()) outputs.experts.w3 = matrix_stack_view<float>(out.w3.data(), g, I, H);
   outputs.experts.w2 = matrix_stack_view<float>(out.w2.data(), g, H, I);
   const merge::router_rule rule = merge::resolve_router_rule(params, true);
   if (rule != merge::router_rule::id_map) outputs.router = merged_router.view();
   outputs.map = make_vector_view(map.data(), E);
   const merge::merge_report merged =
-      merge::merge_experts<float>(ctx, params, w.experts_view(), make_vector_view(labels.data(), E), data, outputs);
+      merge::merge_experts<float>(ctx, params, w.experts, make_vector_view(labels.data(), E), data, outputs);
   report.groups = labels;
   for (const auto& gr : merged.groups) {
     report.dominants.push_back(gr.dominant);
@@ -112,19 +188,19 @@ inline compressed_layer merge_layer(const host_context& ctx, const model::moe_la
   report.router_rule = merge::to_string(merged.router);
   if (rule == merge::router_rule::id_map) {  // HC-SMoE: the router keeps its rows, each old id maps to its group
     out.slots = map;
-    out.router = w.router;
-    out.router_bias = w.router_bias;
-    out.correction_bias = w.correction_bias;
+    out.router = copy_of(w.router);
+    out.router_bias = copy_of(w.router_bias);
+    out.correction_bias = copy_of(w.correction_bias);
     report.id_map = map;
   } else {  // one router row per group; biases merged with the same coefficients as the rows
     out.slots.resize(static_cast<std::size_t>(g));
     std::iota(out.slots.begin(), out.slots.end(), 0);
     out.router = std::move(merged_router);
-    auto merge_bias = [&](const std::vector<float>& bias) {
+    auto merge_bias = [&](vector_view<const float> bias) {
       std::vector<float> result;
       if (bias.empty()) return result;
       result.resize(static_cast<std::size_t>(g));
-      merge::merge_router_bias(make_vector_view(labels.data(), E), merged.coefficients, make_vector_view(bias.data(), E),
+      merge::merge_router_bias(make_vector_view(labels.data(), E), merged.coefficients, bias,
                                make_vector_view(result.data(), g));
       return result;
     };
@@ -139,13 +215,13 @@ inline compressed_layer merge_layer(const host_context& ctx, const model::moe_la
 /// the base's neuron order pruned to the fraction params.keep as one matrix and encoded
 /// (moe::encode_expert_residual), and the experts restored from base and residuals (sparse::restore_dense).
 inline compressed_layer resmoe_layer(const host_context& ctx, const compress_params& params,
-                                     const model::moe_layer_weights<float>& w, io::safetensors_dtype expert_dtype,
+                                     const moe_layer_weights_view& w, io::safetensors_dtype expert_dtype,
                                      const step_timer& timed, layer_report& report) {
-  const index_t E = w.experts, I = w.d_ff, H = w.d_model, pieces = w.gated ? 3 : 2, width = pieces * H;
+  const index_t E = w.experts.experts(), I = w.experts.d_ff(), H = w.experts.d_model(), pieces = w.experts.gated() ? 3 : 2, width = pieces * H;
   compressed_layer out;
   out.resmoe = std::make_shared<compressed_layer::resmoe_part>();
   compressed_layer::resmoe_part& r = *out.resmoe;
-  const moe::ffn_expert_stack_view<float> stack = w.experts_view();
+  const moe::ffn_expert_stack_view<float> stack = w.experts;
   host_matrix<float> design(E * I, width);
   timed("design rows", [&] {
     for (index_t e = 0; e < E; ++e)
@@ -163,12 +239,12 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   });
   design = host_matrix<float>();  // the largest buffer: freed before the restore's
   r.w1.resize(static_cast<std::size_t>(I * H));
-  if (w.gated) r.w3.resize(r.w1.size());
+  if (w.experts.gated()) r.w3.resize(r.w1.size());
   r.w2.resize(r.w1.size());
   for (index_t i = 0; i < I; ++i)
     for (index_t j = 0; j < H; ++j) {
       r.w1[static_cast<std::size_t>(i * H + j)] = barycenter(i, j);
-      if (w.gated) r.w3[static_cast<std::size_t>(i * H + j)] = barycenter(i, H + j);
+      if (w.experts.gated()) r.w3[static_cast<std::size_t>(i * H + j)] = barycenter(i, H + j);
       r.w2[static_cast<std::size_t>(j * I + i)] = barycenter(i, (pieces - 1) * H + j);
     }
   io::round_to_storage(r.w1.data(), r.w1.size(), expert_dtype);
@@ -176,7 +252,7 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   io::round_to_storage(r.w2.data(), r.w2.size(), expert_dtype);
   moe::ffn_expert_view<float> base;
   base.w1 = matrix_view<const float>(r.w1.data(), I, H, H);
-  if (w.gated) base.w3 = matrix_view<const float>(r.w3.data(), I, H, H);
+  if (w.experts.gated()) base.w3 = matrix_view<const float>(r.w3.data(), I, H, H);
   base.w2 = matrix_view<const float>(r.w2.data(), H, I, I);
   r.residuals.resize(static_cast<std::size_t>(E));
   std::vector<double> squared_errors;
@@ -192,13 +268,13 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
       squared_errors.push_back(info.squared_error);
       report.residual_bytes.push_back(info.bytes);
       const auto& res = r.residuals[static_cast<std::size_t>(e)];
-      report.formats.push_back({sparse::to_string(res.w1.format()), w.gated ? sparse::to_string(res.w3.format()) : "-",
+      report.formats.push_back({sparse::to_string(res.w1.format()), w.experts.gated() ? sparse::to_string(res.w3.format()) : "-",
                                 sparse::to_string(res.w2.format())});
     }
   });
   out.stack_experts = E;
   out.w1.resize(static_cast<std::size_t>(E * I * H));
-  if (w.gated) out.w3.resize(out.w1.size());
+  if (w.experts.gated()) out.w3.resize(out.w1.size());
   out.w2.resize(out.w1.size());
   timed("restore", [&] {
     host_matrix<float> down(H, I);
@@ -206,7 +282,7 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
       const auto& res = r.residuals[static_cast<std::size_t>(e)];
       const vector_view<const index_t> p = r.permutations.const_view().row(e);
       sparse::restore_dense<float, float>(ctx, base.w1, res.w1.view(), matrix_view<float>(out.w1.data() + e * I * H, I, H, H), p);
-      if (w.gated)
+      if (w.experts.gated())
         sparse::restore_dense<float, float>(ctx, base.w3, res.w3.view(), matrix_view<float>(out.w3.data() + e * I * H, I, H, H), p);
       // W2's neurons are its columns: restore in the base's order, then gather column p(i) into column i.
       sparse::restore_dense<float, float>(ctx, base.w2, res.w2.view(), down.view());
@@ -217,9 +293,9 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   });
   out.slots.resize(static_cast<std::size_t>(E));
   std::iota(out.slots.begin(), out.slots.end(), 0);
-  out.router = w.router;
-  out.router_bias = w.router_bias;
-  out.correction_bias = w.correction_bias;
+  out.router = copy_of(w.router);
+  out.router_bias = copy_of(w.router_bias);
+  out.correction_bias = copy_of(w.correction_bias);
   report.keep = params.keep;
   report.values = sparse::to_string(*params.values);
   report.barycenter_iterations = bary.iterations;
@@ -232,29 +308,25 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
 /// prune: each expert's score, the N highest kept (ties to the lowest index) in their original order, the
 /// router's rows (and biases) of the kept experts.
 inline compressed_layer prune_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                                    const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                                    const moe_layer_weights_view& w, matrix_view<const float> x,
                                     const step_timer& timed, layer_report& report) {
-  const index_t E = w.experts, H = w.d_model, N = params.experts;
+  const index_t E = w.experts.experts(), H = w.experts.d_model(), N = params.experts;
   moe::ffn_params ffn;
   ffn.act = m.activation;
   std::vector<double> score(static_cast<std::size_t>(E), 0.0);
   timed("scores", [&] {
     if (params.criterion == prune_criterion::frequency) {
-      merge::routing_frequencies<float>(ctx, m.top_k, x, w.router.const_view(), make_vector_view(score.data(), E));
+      merge::routing_frequencies<float>(ctx, m.top_k, x, w.router, make_vector_view(score.data(), E));
       return;
     }
     // REAP's saliency: the mean over the tokens routed to e of gate weight x ||f_e(x_t)||.
     const index_t T = x.rows(), K = gating::max_experts_per_token(model::routing_of(m), E);
     host_matrix<float> logits(T, E), weights(T, K), norms(T, E);
     host_matrix<std::int64_t> ids(T, K);
-    const std::vector<float>& bias = w.correction_bias;
-    moe::router_logits<float>(ctx, x, w.router.const_view(),
-                              w.router_bias.empty() ? vector_view<const float>() : make_vector_view(w.router_bias.data(), E),
-                              logits.view());
-    gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(),
-                               bias.empty() ? vector_view<const float>() : make_vector_view(bias.data(), E), ids.view(),
+    moe::router_logits<float>(ctx, x, w.router, w.router_bias, logits.view());
+    gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(), w.correction_bias, ids.view(),
                                weights.view());
-    moe::expert_output_norms<float>(ctx, ffn, w.experts_view(), x, norms.view());
+    moe::expert_output_norms<float>(ctx, ffn, w.experts, x, norms.view());
     std::vector<double> count(static_cast<std::size_t>(E), 0.0);
     for (index_t t = 0; t < T; ++t)
       for (index_t q = 0; q < K; ++q) {
@@ -280,8 +352,8 @@ inline compressed_layer prune_layer(const host_context& ctx, const compress_para
   for (index_t r = 0; r < N; ++r)
     for (index_t c = 0; c < H; ++c) out.router(r, c) = w.router(kept[static_cast<std::size_t>(r)], c);
   for (std::int64_t e : kept) {
-    if (!w.router_bias.empty()) out.router_bias.push_back(w.router_bias[static_cast<std::size_t>(e)]);
-    if (!w.correction_bias.empty()) out.correction_bias.push_back(w.correction_bias[static_cast<std::size_t>(e)]);
+    if (!w.router_bias.empty()) out.router_bias.push_back(w.router_bias[e]);
+    if (!w.correction_bias.empty()) out.correction_bias.push_back(w.correction_bias[e]);
   }
   report.criterion = to_string(params.criterion);
   report.scores = score;
@@ -292,9 +364,9 @@ inline compressed_layer prune_layer(const host_context& ctx, const compress_para
 /// HC-SMoE's grouping: the features, the linkage, fcluster to N groups (relabelled by first appearance), and
 /// each group's representative (the member nearest its group's mean feature) as its dominant.
 inline void hc_smoe_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                           const model::moe_layer_weights<float>& w, matrix_view<const float> x, const step_timer& timed,
+                           const moe_layer_weights_view& w, matrix_view<const float> x, const step_timer& timed,
                            std::vector<std::int64_t>& labels, std::vector<std::int64_t>& dominants) {
-  const index_t E = w.experts, H = w.d_model, N = params.experts;
+  const index_t E = w.experts.experts(), H = w.experts.d_model(), N = params.experts;
   moe::ffn_params ffn;
   ffn.act = m.activation;
   host_matrix<float> features;
@@ -302,16 +374,16 @@ inline void hc_smoe_groups(const host_context& ctx, const compress_params& param
   timed("features", [&] {
     if (params.features == expert_features::outputs) {
       features = host_matrix<float>(E, H);
-      moe::expert_mean_outputs<float>(ctx, ffn, w.experts_view(), x, features.view());
+      moe::expert_mean_outputs<float>(ctx, ffn, w.experts, x, features.view());
     } else if (params.features == expert_features::router_logits) {  // each expert's logit column over the tokens
       host_matrix<float> logits(x.rows(), E);
-      moe::router_logits<float>(ctx, x, w.router.const_view(), vector_view<const float>(), logits.view());
+      moe::router_logits<float>(ctx, x, w.router, vector_view<const float>(), logits.view());
       features = host_matrix<float>(E, x.rows());
       for (index_t t = 0; t < x.rows(); ++t)
         for (index_t e = 0; e < E; ++e) features(e, t) = logits(t, e);
     } else {  // the distances straight from the stacks (the features would be E x 3IH floats, twice)
       weight_condensed.resize(static_cast<std::size_t>(E * (E - 1) / 2));
-      moe::expert_weight_distances(ctx, w.experts_view(),
+      moe::expert_weight_distances(ctx, w.experts,
                                    make_vector_view(weight_condensed.data(), static_cast<index_t>(weight_condensed.size())));
     }
   });
@@ -343,9 +415,9 @@ inline void hc_smoe_groups(const host_context& ctx, const compress_params& param
 
 /// The fourth paper's grouping: the experts' dissimilarity matrix and its partition into N groups.
 inline void cka_merge_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                             const model::moe_layer_weights<float>& w, matrix_view<const float> x,
+                             const moe_layer_weights_view& w, matrix_view<const float> x,
                              const step_timer& timed, std::vector<std::int64_t>& labels) {
-  const index_t E = w.experts, H = w.d_model;
+  const index_t E = w.experts.experts(), H = w.experts.d_model();
   moe::ffn_params ffn;
   ffn.act = m.activation;
   host_matrix<double> distances(E, E);
@@ -353,7 +425,7 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
     if (params.similarity == expert_similarity::cka) {
       const index_t T = x.rows();
       host_matrix<float> outputs(E * T, H);
-      moe::ffn_stack_forward<float>(ctx, ffn, w.experts_view(), x, matrix_stack_view<float>(outputs.data(), E, T, H));
+      moe::ffn_stack_forward<float>(ctx, ffn, w.experts, x, matrix_stack_view<float>(outputs.data(), E, T, H));
       host_matrix<double> cka(E, E);
       similarity::cka_params cp;
       similarity::cka_matrix<float>(ctx, cp, split_rows(outputs.const_view(), E), cka.view());
@@ -361,7 +433,7 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
         for (index_t b = 0; b < E; ++b) distances(a, b) = a == b ? 0.0 : 1.0 - cka(a, b);
     } else if (params.similarity == expert_similarity::weights) {  // from the stacks, without the E x 3IH features
       std::vector<double> condensed(static_cast<std::size_t>(E * (E - 1) / 2));
-      moe::expert_weight_distances(ctx, w.experts_view(),
+      moe::expert_weight_distances(ctx, w.experts,
                                    make_vector_view(condensed.data(), static_cast<index_t>(condensed.size())));
       for (index_t a = 0, pair = 0; a < E; ++a) {
         distances(a, a) = 0;
@@ -369,7 +441,7 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
       }
     } else {
       host_matrix<float> features(E, H * H);
-      moe::surrogate_weights<float>(ctx, w.experts_view(), features.view());
+      moe::surrogate_weights<float>(ctx, w.experts, features.view());
       host_matrix<float> d(E, E);
       distance::pairwise_distance_params dp;
       distance::pairwise_distances(ctx, dp, features.const_view(), d.view());
@@ -390,12 +462,12 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
 
 /// The layer's new form by params.method (resolved). x: the calibration tokens (0 rows without them).
 inline compressed_layer compress_layer_host(const host_context& ctx, const compress_params& params,
-                                            const model::moe_model& m, const model::moe_layer_weights<float>& w,
+                                            const model::moe_model& m, const moe_layer_weights_view& w,
                                             matrix_view<const float> x, io::safetensors_dtype expert_dtype,
                                             const step_timer& timed, layer_report& report) {
   if (params.method == method::prune) return prune_layer(ctx, params, m, w, x, timed, report);
   if (params.method == method::resmoe) return resmoe_layer(ctx, params, w, expert_dtype, timed, report);
-  const index_t E = w.experts;
+  const index_t E = w.experts.experts();
   std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
   std::vector<std::int64_t> dominants;
   merge::merge_params mp;
@@ -430,25 +502,30 @@ inline void round_layer_to_storage(compressed_layer& c, io::safetensors_dtype ex
 
 /// || y - y' ||_F / || y ||_F of the layer's output on x (0 rows: NaN), through moe_layer_forward with the model's
 /// routing.
-inline double layer_error(const host_context& ctx, const model::moe_model& m, const model::moe_layer_weights<float>& w,
+inline double layer_error(const host_context& ctx, const model::moe_model& m, const moe_layer_weights_view& w,
                           const compressed_layer& c, matrix_view<const float> x) {
   if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
   moe::moe_layer_params params;
   params.routing = model::routing_of(m);
   params.ffn.act = m.activation;
+  const index_t H = w.experts.d_model();
+  std::vector<float> shared_gate(static_cast<std::size_t>(w.shared_gate.size()));  // 1 x H, whatever its stride
+  for (index_t k = 0; k < w.shared_gate.size(); ++k) shared_gate[static_cast<std::size_t>(k)] = w.shared_gate[k];
+  auto one = [](matrix_view<const float> a) {
+    return matrix_stack_view<const float>(a.data(), 1, a.rows(), a.cols(), a.row_stride(), a.rows() * a.row_stride());
+  };
   auto base = [&](moe::moe_layer_view<float>& v) {
-    if (w.has_shared_expert()) {
-      const auto s = w.shared_expert_view();
-      v.shared.w1 = matrix_stack_view<const float>(s.w1.data(), 1, s.w1.rows(), s.w1.cols());
-      if (!s.w3.empty()) v.shared.w3 = matrix_stack_view<const float>(s.w3.data(), 1, s.w3.rows(), s.w3.cols());
-      v.shared.w2 = matrix_stack_view<const float>(s.w2.data(), 1, s.w2.rows(), s.w2.cols());
-      if (!w.shared_gate.empty()) v.shared_gate = matrix_view<const float>(w.shared_gate.data(), 1, w.d_model);
+    if (!w.shared.w1.empty()) {
+      v.shared.w1 = one(w.shared.w1);
+      if (!w.shared.w3.empty()) v.shared.w3 = one(w.shared.w3);
+      v.shared.w2 = one(w.shared.w2);
+      if (!shared_gate.empty()) v.shared_gate = matrix_view<const float>(shared_gate.data(), 1, H);
     }
   };
   moe::moe_layer_view<float> original;
-  original.router = w.router.const_view();
-  if (!w.correction_bias.empty()) original.router_bias = make_vector_view(w.correction_bias.data(), w.experts);
-  original.experts = w.experts_view();
+  original.router = w.router;
+  original.router_bias = w.correction_bias;
+  original.experts = w.experts;
   base(original);
   host_matrix<float> y(x.rows(), x.cols()), z(x.rows(), x.cols());
   moe::moe_layer_forward<float>(ctx, params, original, x, y.view());
@@ -458,8 +535,8 @@ inline double layer_error(const host_context& ctx, const model::moe_model& m, co
   compressed.router = c.router.const_view();
   if (!c.correction_bias.empty()) compressed.router_bias = make_vector_view(c.correction_bias.data(), out_experts);
   const bool own_stack = !c.w1.empty();
-  compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.d_ff, w.d_model, w.gated)
-                                 : w.experts_view();
+  compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.experts.d_ff(), H, w.experts.gated())
+                                 : w.experts;
   compressed.expert_map = make_vector_view(c.slots.data(), out_experts);
   base(compressed);
   moe::moe_layer_forward<float>(ctx, params, compressed, x, z.view());
