@@ -12,6 +12,8 @@ packages=(
   python3-faiss                                # the k-means peer of bench/peers/kmeans_vs_sklearn_faiss.py
   python3-torch                                # the routing peer (tests/peers/test_gate_torch.py), pruning, merging
   pybind11-dev                                 # the Python binding (python/)
+  python3-pip python3-setuptools python3-wheel # pip install ./python, offline (docs/python.md, "Installing")
+  python3-tqdm                                 # the progress bar of docs/python.md's session
   libopenblas0-pthread                         # an optimised BLAS for the peers (numpy/scipy)
   libopenblas-openmp-dev                       # the opt-in CBLAS of the tool and benches (OpenMP build: thread-safe)
 )

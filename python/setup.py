@@ -1,0 +1,82 @@
+"""pip's build of moecomp's Python binding (docs/python.md, "Installing"): the extension `moecomp` compiled from
+moecomp_python.cpp against the repository's headers (include/), Eigen, dlpack, nlohmann-json and pybind11 as Debian
+installs them (scripts/install-deps.sh), with OpenMP; plus the pure-Python package moecomp_capture.
+
+    pip install --no-build-isolation --no-index ./python        # offline, with the system's setuptools
+
+Flags: -O3 -std=c++17 -fopenmp and the compiler's default target; MOECOMP_NATIVE=1 in the environment adds
+-march=native (as the CMake build does by default). compress_checkpoint's default layouts are this source tree's
+layouts/ (its path is compiled in, as python/CMakeLists.txt does; pass layouts= when the tree has moved).
+"""
+import glob
+import os
+import re
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def version():
+    with open(os.path.join(ROOT, "include", "moecomp", "version.hpp"), encoding="utf-8") as f:
+        return re.search(r'#define MOECOMP_VERSION_STRING "([^"]+)"', f.read()).group(1)
+
+
+def pybind11_include():
+    """pybind11's headers: python3-pybind11's get_include() when importable, else pybind11-dev's /usr/include."""
+    try:
+        import pybind11
+        return [pybind11.get_include()]
+    except ImportError:
+        for candidate in ("/usr/include", "/usr/local/include"):
+            if os.path.isfile(os.path.join(candidate, "pybind11", "pybind11.h")):
+                return [candidate]
+    raise RuntimeError("setup.py: pybind11's headers were not found: apt-get install pybind11-dev "
+                       "(or pip install pybind11)")
+
+
+def eigen_include():
+    for candidate in ("/usr/include/eigen3", "/usr/local/include/eigen3"):
+        if os.path.isfile(os.path.join(candidate, "Eigen", "Core")):
+            return [candidate]
+    raise RuntimeError("setup.py: Eigen's headers were not found: apt-get install libeigen3-dev")
+
+
+for header, package in (("dlpack/dlpack.h", "libdlpack-dev"), ("nlohmann/json.hpp", "nlohmann-json3-dev")):
+    if not any(os.path.isfile(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include")):
+        raise RuntimeError(f"setup.py: {header} was not found: apt-get install {package}")
+
+flags = ["-std=c++17", "-O3", "-fopenmp", "-fvisibility=hidden", "-DNDEBUG"]
+if os.environ.get("MOECOMP_NATIVE") == "1":
+    flags.append("-march=native")
+# Python's own CFLAGS (Debian's -O2 -g ...) come first; ours override the optimisation level, -g0 drops the
+# debug information (a 10x larger module).
+flags.append("-g0")
+
+# Every header the module is compiled from: setuptools rebuilds when one is newer than the module.
+headers = sorted(glob.glob(os.path.join(ROOT, "include", "moecomp", "**", "*.hpp"), recursive=True))
+
+extension = Extension(
+    "moecomp",
+    sources=["moecomp_python.cpp"],
+    depends=headers,
+    include_dirs=[os.path.join(ROOT, "include")] + eigen_include() + pybind11_include(),
+    define_macros=[("MOECOMP_SOURCE_LAYOUTS_DIR", '"' + os.path.join(ROOT, "layouts") + '"')],
+    extra_compile_args=flags,
+    extra_link_args=["-fopenmp"],
+    language="c++",
+)
+
+setup(
+    name="moecomp",
+    version=version(),
+    description="moecomp: Mixture-of-Experts compression algorithms (the C++ library's Python binding) and "
+                "moecomp_capture (calibration tokens of Hugging Face MoE models)",
+    license="MIT",
+    python_requires=">=3.8",
+    ext_modules=[extension],
+    packages=["moecomp_capture"],
+    package_dir={"moecomp_capture": "moecomp_capture"},
+    zip_safe=False,
+)
