@@ -58,7 +58,8 @@ def read_safetensors(path):
 
 def write_safetensors(path, tensors, metadata=None):
     """The reference writer's layout: decreasing item size, then name; header padded with spaces to 8."""
-    names = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+    names = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
+             torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8"}
     order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
     header, blobs, offset = {}, [], 0
     if metadata:
@@ -117,27 +118,82 @@ def moe_block(x, w, prefix, config, router_stats=None):
     return out, logits
 
 
-def dense_mlp(x, w, prefix, config, top_k=None):
-    """A dense SwiGLU FFN (Mistral's `mlp`) on x (T x d). For a checkpoint that `moecomp compress --method moefy`
-    wrote (config["moecomp_moefy"]), expert e is neurons [e s, (e + 1) s) of the FFN, and each token keeps the
-    neurons of the top_k experts (default: the config's top_k) whose router rows score highest (x . row; ties
-    to the lower index, as torch.topk on CPU gives them); top_k = num_experts is the dense FFN."""
+ACTIVATIONS = {"silu": F.silu, "relu": F.relu}
+
+
+def ffn_hidden(x, w, p, config):
+    """The gated FFN's hidden activations act(gate_proj x) * (up_proj x) (T x I), act = the config's hidden_act
+    (silu, Mistral's SwiGLU; or relu, the Hoyer twin's ReLU-gated form)."""
+    act = ACTIVATIONS[config.get("hidden_act", "silu")]
+    return act(x @ w[p + "gate_proj.weight"].t()) * (x @ w[p + "up_proj.weight"].t())
+
+
+def sadmoe_scores(x, w, p, sadmoe):
+    """A SADMoE router's scores of each expert (T x E) for the FFN inputs x (T x d): |W2 relu(W1 x + b1) + b2|
+    (objective "norm": the expert's predicted output l2-norm) or sigmoid(W2 relu(W1 x + b1) + b2) ("moefication")."""
+    r = p + "sadmoe.router."
+    z = x @ w[r + "w1"].t()
+    if r + "b1" in w:
+        z = z + w[r + "b1"]
+    z = F.relu(z) @ w[r + "w2"].t()
+    if r + "b2" in w:
+        z = z + w[r + "b2"]
+    return torch.sigmoid(z) if sadmoe.get("objective", "norm") == "moefication" else z.abs()
+
+
+def expert_mask(scores, top_k=None, tau=None):
+    """The experts each token runs (T x E, 0/1): the top_k highest scores (ties to the lower index), or with tau
+    SADMoE's dynamic-k, expert i iff scores_i >= tau * max_j scores_j (the highest-scoring one always)."""
+    keep = torch.zeros_like(scores)
+    if top_k is not None:
+        keep.scatter_(1, torch.topk(scores, top_k, dim=-1).indices, 1.0)
+    else:
+        keep = (scores >= tau * scores.max(dim=-1, keepdim=True).values).to(scores.dtype)
+        keep.scatter_(1, scores.argmax(dim=-1, keepdim=True), 1.0)
+    return keep
+
+
+def dense_mlp(x, w, prefix, config, top_k=None, tau=None, hidden=None, experts=None):
+    """A dense gated FFN (Mistral's `mlp`) on x (T x d). `hidden`, if a list, receives the hidden activations
+    (T x I, with their graph: train_tiny_moe.py's Hoyer penalty); `experts`, if a list, receives each token's
+    number of experts run (T) for an expert-split checkpoint.
+
+    A checkpoint that `moecomp compress --method moefy` wrote (config["moecomp_moefy"]) has expert e as neurons
+    [e s, (e + 1) s) of the FFN, and each token keeps the neurons of the top_k experts (default: the config's
+    top_k) whose router rows score highest (x . row; ties to the lower index, as torch.topk on CPU gives them);
+    top_k = num_experts is the dense FFN. A SADMoE checkpoint (config["moecomp_sadmoe"], which wins over
+    moecomp_moefy) scores the experts with its two-layer router (sadmoe_scores) and keeps, per token, the top_k
+    experts when top_k is given, else those of dynamic-k at tau (default: the config's tau); the kept experts'
+    outputs are summed with weight 1. Both are computed densely with a 0/1 mask on the hidden neurons, which
+    equals running only the kept experts."""
     p = prefix + "mlp."
-    h = F.silu(x @ w[p + "gate_proj.weight"].t()) * (x @ w[p + "up_proj.weight"].t())
-    moefy = config.get("moecomp_moefy")
-    if moefy is not None:
+    h = ffn_hidden(x, w, p, config)
+    if hidden is not None:
+        hidden.append(h)
+    sadmoe, moefy = config.get("moecomp_sadmoe"), config.get("moecomp_moefy")
+    keep = None
+    if sadmoe is not None:
+        E, s = sadmoe["num_experts"], sadmoe["expert_size"]
+        scores = sadmoe_scores(x, w, p, sadmoe)
+        keep = expert_mask(scores, top_k=top_k) if top_k is not None else \
+            expert_mask(scores, tau=sadmoe["tau"] if tau is None else tau)
+    elif moefy is not None:
         E, s = moefy["num_experts"], moefy["expert_size"]
         k = moefy["top_k"] if top_k is None else top_k
         if k < E:
-            scores = x @ w[p + moefy["router"]].t()
-            keep = torch.zeros(x.shape[0], E, dtype=h.dtype)
-            keep.scatter_(1, torch.topk(scores, k, dim=-1).indices, 1.0)
-            h = h * keep.repeat_interleave(s, dim=1)
+            keep = expert_mask(x @ w[p + moefy["router"]].t(), top_k=k)
+        elif experts is not None:
+            experts.append(torch.full((x.shape[0],), float(E)))
+    if keep is not None:
+        if experts is not None:
+            experts.append(keep.sum(dim=1))
+        h = h * keep.to(h.dtype).repeat_interleave(s, dim=1)
     return h @ w[p + "down_proj.weight"].t()
 
 
-def forward(w, config, ids, moe_inputs=None, router_stats=None, top_k=None):
-    """Logits (B x S x vocab) for byte ids (B x S). `moe_inputs`, if a list, receives each layer's MoE input."""
+def forward(w, config, ids, moe_inputs=None, router_stats=None, top_k=None, tau=None, hidden=None, experts=None):
+    """Logits (B x S x vocab) for byte ids (B x S). `moe_inputs`, if a list, receives each layer's MoE input;
+    top_k, tau, hidden and experts go to each layer's dense_mlp (dense models)."""
     B, S = ids.shape
     d, heads = config["hidden_size"], config["num_attention_heads"]
     hd = d // heads
@@ -169,14 +225,16 @@ def forward(w, config, ids, moe_inputs=None, router_stats=None, top_k=None):
         if "num_local_experts" in config:
             out, _ = moe_block(h, w, p + "block_sparse_moe.", config, router_stats)
         else:
-            out = dense_mlp(h, w, p, config, top_k)
+            out = dense_mlp(h, w, p, config, top_k, tau, hidden,
+                            None if experts is None else experts.setdefault(layer, []))
         x = x + out.view(B, S, d)
     x = rms_norm(x, w["model.norm.weight"], eps)
     return x @ w["lm_head.weight"].t()
 
 
-def perplexity(w, config, text, window=128, top_k=None):
-    """exp(mean next-byte NLL) over non-overlapping windows of `window + 1` bytes of `text`."""
+def perplexity(w, config, text, window=128, top_k=None, tau=None, experts=None):
+    """exp(mean next-byte NLL) over non-overlapping windows of `window + 1` bytes of `text`. `experts`, if a
+    dict, receives per layer index the list of each batch's experts per token (expert-split checkpoints)."""
     data = torch.tensor(list(text), dtype=torch.long)
     n = (len(data) - 1) // window
     ids = data[: n * window].view(n, window)
@@ -184,11 +242,65 @@ def perplexity(w, config, text, window=128, top_k=None):
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, n, 32):
-            logits = forward(w, config, ids[i:i + 32], top_k=top_k)
+            logits = forward(w, config, ids[i:i + 32], top_k=top_k, tau=tau, experts=experts)
             total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[i:i + 32].reshape(-1),
                                      reduction="sum").item()
             count += targets[i:i + 32].numel()
     return math.exp(total / count)
+
+
+def square_hoyer(h):
+    """The square Hoyer measure of each row of h (T x I): (sum |h|)^2 / (sum h^2 + 1e-15), from 1 (one non-zero)
+    to I (all equal in magnitude); SADMoE's sparsity penalty (its Sec. 3.1), averaged over tokens by the caller."""
+    return h.abs().sum(dim=-1).pow(2) / (h.pow(2).sum(dim=-1) + 1e-15)
+
+
+def activation_sparsity(w, config, text, window=128):
+    """Per layer of a dense checkpoint, over the windows of `text` (as perplexity cuts them): the fraction of the
+    FFN's hidden activations act(gate x) * (up x) that are exactly zero, and their mean square Hoyer per token.
+    Returns [{"layer", "zero_fraction", "square_hoyer"}]."""
+    data = torch.tensor(list(text), dtype=torch.long)
+    n = (len(data) - 1) // window
+    ids = data[: n * window].view(n, window)
+    L = config["num_hidden_layers"]
+    zeros, hoyer, count, tokens = [0] * L, [0.0] * L, [0] * L, [0] * L
+    with torch.no_grad():
+        for i in range(0, n, 32):
+            hidden = []
+            forward(w, config, ids[i:i + 32], hidden=hidden)
+            for layer, h in enumerate(hidden):
+                zeros[layer] += int((h == 0).sum())
+                count[layer] += h.numel()
+                hoyer[layer] += float(square_hoyer(h.double()).sum())
+                tokens[layer] += h.shape[0]
+    return [{"layer": l, "zero_fraction": zeros[l] / count[l], "square_hoyer": hoyer[l] / tokens[l]} for l in range(L)]
+
+
+def check_calibration_tokens(tokens, train_bytes, window=128):
+    """ValueError unless tokens is a positive multiple of window and at most train_bytes."""
+    if tokens <= 0 or tokens % window or tokens > train_bytes:
+        raise ValueError(f"the calibration tokens must be a positive multiple of {window} and at most the "
+                         f"{train_bytes} training bytes, got {tokens}")
+
+
+def calibration_inputs(w, config, train, tokens=1024, window=128):
+    """Each layer's MoE-block / FFN input (tokens x d float32) on the first `tokens` training bytes, cut into
+    windows of `window` bytes and run 8 windows per forward (so the first 1,024 tokens of any file are the
+    1,024-token file's, byte for byte: train_tiny_moe.py's calibration.safetensors)."""
+    check_calibration_tokens(tokens, len(train), window)
+    ids = torch.tensor(list(train[:tokens]), dtype=torch.long).view(tokens // window, window)
+    per_layer = None
+    with torch.no_grad():
+        for i in range(0, ids.shape[0], 8):
+            inputs = []
+            forward(w, config, ids[i:i + 8], moe_inputs=inputs)
+            per_layer = [[t] for t in inputs] if per_layer is None else [a + [t] for a, t in zip(per_layer, inputs)]
+    return [torch.cat(parts).float() if len(parts) > 1 else parts[0].float() for parts in per_layer]
+
+
+def calibration_source(tokens, window=128):
+    """The metadata "source" of a calibration file written by calibration_inputs."""
+    return f"train_tiny_moe.py: the first {tokens} training bytes, {tokens // window} windows of {window}"
 
 
 def load(model_dir):

@@ -120,7 +120,18 @@ def load_balancing_loss(router_stats, E):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dense", action="store_true", help="train the dense twin (Mistral layout) instead")
-    p.add_argument("--out", default=None, help="default: models/tiny-moe, or models/tiny-dense with --dense")
+    p.add_argument("--activation", choices=["silu", "relu"], default="silu",
+                   help="the dense FFN's activation: silu (SwiGLU, tiny-dense) or relu (ReLU-gated: "
+                        "relu(gate_proj x) * up_proj x, config hidden_act \"relu\"); implies --dense when relu")
+    p.add_argument("--hoyer", type=float, default=0.0, metavar="ALPHA",
+                   help="add SADMoE's square Hoyer penalty on the dense FFNs' hidden activations, summed over "
+                        "layers and averaged over tokens, with a weight rising linearly from 0 at the first step "
+                        "to ALPHA at the last (needs a dense model)")
+    p.add_argument("--calibration-tokens", type=int, default=1024, metavar="N",
+                   help="training bytes in calibration.safetensors (a multiple of 128; default 1024)")
+    p.add_argument("--out", default=None, help="default: models/tiny-moe, models/tiny-dense with --dense, "
+                   "models/tiny-dense-hoyer with --activation relu --hoyer ALPHA, models/tiny-dense-relu "
+                   "with --activation relu alone")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=128)
@@ -128,8 +139,16 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--any-corpus", action="store_true", help="accept a corpus whose SHA-256 differs")
     a = p.parse_args()
+    if a.activation == "relu":
+        a.dense = True
+    if a.hoyer < 0 or not math.isfinite(a.hoyer):
+        p.error(f"--hoyer must be a finite ALPHA >= 0, got {a.hoyer}")
+    if a.hoyer > 0 and not a.dense:
+        p.error("--hoyer needs a dense model (--dense or --activation relu)")
     if a.out is None:
-        a.out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny-dense" if a.dense else "tiny-moe")
+        name = "tiny-moe" if not a.dense else "tiny-dense" if a.activation == "silu" else \
+            "tiny-dense-hoyer" if a.hoyer > 0 else "tiny-dense-relu"
+        a.out = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     torch.set_num_threads(a.threads)
     torch.set_flush_denormal(True)  # denormal gradients slow the CPU down by 10-100x and change nothing here
     torch.manual_seed(a.seed)
@@ -142,6 +161,12 @@ def main():
     train, held = tiny_moe.split(text)
     data = torch.tensor(list(train), dtype=torch.long)
     config = dict(DENSE_CONFIG if a.dense else CONFIG)
+    if a.dense:
+        config["hidden_act"] = a.activation
+    try:
+        tiny_moe.check_calibration_tokens(a.calibration_tokens, len(train))
+    except ValueError as e:
+        p.error(f"--calibration-tokens: {e}")
     E = config.get("num_local_experts", 0)
     generator = torch.Generator().manual_seed(a.seed)
     w = init_weights(config, generator)
@@ -161,15 +186,24 @@ def main():
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     log = {"corpus_sha256": digest, "corpus_bytes": len(text), "train_bytes": len(train), "heldout_bytes": len(held),
            "steps": a.steps, "batch": a.batch, "seq": a.seq, "threads": a.threads, "seed": a.seed, "loss": []}
+    if a.dense:
+        log["hidden_act"] = a.activation
+    if a.hoyer > 0:
+        log["hoyer_alpha"] = a.hoyer
+        log["hoyer_schedule"] = "alpha * step / (steps - 1): 0 at the first step, alpha at the last"
+        log["hoyer"] = []  # [step, the penalty before alpha: the square Hoyer summed over layers]
     start = time.time()
     for step in range(a.steps):
         offsets = torch.randint(0, len(data) - a.seq - 1, (a.batch,), generator=generator)
         ids = torch.stack([data[o:o + a.seq] for o in offsets])
         targets = torch.stack([data[o + 1:o + a.seq + 1] for o in offsets])
-        stats = []
-        logits = tiny_moe.forward(w, config, ids, router_stats=stats)
+        stats, hidden = [], [] if a.hoyer > 0 else None
+        logits = tiny_moe.forward(w, config, ids, router_stats=stats, hidden=hidden)
         lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         loss = lm + config["router_aux_loss_coef"] * load_balancing_loss(stats, E) if E else lm
+        if hidden is not None:
+            hoyer = sum(tiny_moe.square_hoyer(h).mean() for h in hidden)
+            loss = loss + a.hoyer * step / max(1, a.steps - 1) * hoyer
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -177,7 +211,11 @@ def main():
         scheduler.step()
         if step % 50 == 0 or step == a.steps - 1:
             log["loss"].append([step, round(lm.item(), 4)])
-            print(f"step {step:5d}  loss {lm.item():.4f}  {time.time() - start:6.1f} s", flush=True)
+            extra = ""
+            if hidden is not None:
+                log["hoyer"].append([step, round(hoyer.item(), 2)])
+                extra = f"  square Hoyer {hoyer.item():8.2f}"
+            print(f"step {step:5d}  loss {lm.item():.4f}{extra}  {time.time() - start:6.1f} s", flush=True)
     log["train_seconds"] = round(time.time() - start, 1)
 
     os.makedirs(a.out, exist_ok=True)
@@ -189,13 +227,15 @@ def main():
     # What is evaluated and calibrated on is the saved bf16 model, read back.
     weights, config = tiny_moe.load(a.out)
     log["heldout_perplexity"] = round(tiny_moe.perplexity(weights, config, held), 4)
-    calibration_ids = torch.tensor(list(train[:1024]), dtype=torch.long).view(8, 128)
-    inputs = []
-    with torch.no_grad():
-        tiny_moe.forward(weights, config, calibration_ids, moe_inputs=inputs)
+    if a.dense:
+        log["heldout_activation_sparsity"] = [
+            {k: round(v, 6) if isinstance(v, float) else v for k, v in r.items()}
+            for r in tiny_moe.activation_sparsity(weights, config, held)]
+    inputs = tiny_moe.calibration_inputs(weights, config, train, a.calibration_tokens)
     tiny_moe.write_safetensors(os.path.join(a.out, "calibration.safetensors"),
-                               {f"layers.{i}.moe_input": t.float() for i, t in enumerate(inputs)},
-                               {"source": "train_tiny_moe.py: the first 1024 training bytes, 8 windows of 128"})
+                               {f"layers.{i}.moe_input": t for i, t in enumerate(inputs)},
+                               {"source": tiny_moe.calibration_source(a.calibration_tokens)})
+    calibration_ids = torch.tensor(list(train[:1024]), dtype=torch.long).view(8, 128)
     with open(os.path.join(a.out, "heldout.bin"), "wb") as f:
         f.write(held)
     if E:
