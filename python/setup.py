@@ -13,6 +13,7 @@ import os
 import re
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -68,6 +69,24 @@ extension = Extension(
     language="c++",
 )
 
+class build_ext_with_flags(build_ext):
+    """build_ext that also rebuilds when the flags changed (MOECOMP_NATIVE): setuptools compares only the files'
+    times, and would keep a module built for another target."""
+
+    def run(self):
+        stamp = os.path.join(self.build_temp, "moecomp-flags.txt")
+        text = " ".join(flags) + "\n"
+        try:
+            with open(stamp, encoding="utf-8") as f:
+                self.force = self.force or f.read() != text
+        except OSError:
+            self.force = True
+        super().run()
+        os.makedirs(self.build_temp, exist_ok=True)
+        with open(stamp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
 setup(
     name="moecomp",
     version=version(),
@@ -76,6 +95,7 @@ setup(
     license="MIT",
     python_requires=">=3.8",
     ext_modules=[extension],
+    cmdclass={"build_ext": build_ext_with_flags},
     packages=["moecomp_capture"],
     package_dir={"moecomp_capture": "moecomp_capture"},
     zip_safe=False,
