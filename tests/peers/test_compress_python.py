@@ -534,7 +534,7 @@ def main():
         c.expect_directory_error("moefy with a merge option", ["compress", "--method", "moefy", "--merge", "average"],
                                  "--merge", "not a moefy option")
         c.expect_directory_error("--top-k for another method", ["compress", "--method", "prune", "--top-k", "2"],
-                                 "--top-k", "moefy only")
+                                 "--top-k", "moefy and sadmoe only")
         c.expect_directory_error("--keep outside (0, 1]", ["compress", "--method", "resmoe", "--keep", "1.5"], "--keep")
         c.expect_directory_error("--keep for another method", ["compress", "--method", "prune", "--keep", "0.5"],
                                  "--keep", "resmoe only")

@@ -1,7 +1,7 @@
-// moecomp compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy [options]: a Hugging
-// Face MoE checkpoint in, a compressed checkpoint and a report out, one MoE layer at a time; or (moefy) a dense
-// checkpoint whose FFNs are split into experts. Without MODEL_DIR it compresses the embedded model
-// (models/tiny-moe; models/tiny-dense for moefy). The contract: docs/cli.md; the methods: docs/compress.md.
+// moecomp compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy|sadmoe [options]: a
+// Hugging Face MoE checkpoint in, a compressed checkpoint and a report out, one MoE layer at a time; or (moefy,
+// sadmoe) a dense checkpoint whose FFNs are split into experts (sadmoe: with a trained router each). Without
+// MODEL_DIR it compresses the embedded model (models/tiny-moe; models/tiny-dense for moefy and sadmoe). The contract: docs/cli.md; the methods: docs/compress.md.
 //
 // A thin shell over the library's pipeline (<moecomp/compress/compress.hpp>): the options become
 // compress::compress_params, compress::resolved_params settles and checks them, compress::compress_checkpoint
@@ -106,15 +106,25 @@ void refuse_other_methods_options(const arguments& args, compress::method how) {
       {"--keep", false, {m::resmoe}, "resmoe only"},
       {"--format", false, {m::resmoe}, "resmoe only"},
       {"--values", false, {m::resmoe}, "resmoe only"},
-      {"--max-iter", false, {m::resmoe, m::moefy}, "resmoe and moefy only"},
+      {"--max-iter", false, {m::resmoe, m::moefy, m::sadmoe}, "resmoe, moefy and sadmoe only"},
       {"--restore-dense", true, {m::resmoe}, "resmoe only"},
-      {"--top-k", false, {m::moefy}, "moefy only"},
-      {"--n-init", false, {m::moefy}, "moefy only"},
+      {"--top-k", false, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
+      {"--n-init", false, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
+      {"--expert-size", false, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
+      {"--router-hidden", false, {m::sadmoe}, "sadmoe only"},
+      {"--router-bias", true, {m::sadmoe}, "sadmoe only"},
+      {"--router-objective", false, {m::sadmoe}, "sadmoe only"},
+      {"--router-lr", false, {m::sadmoe}, "sadmoe only"},
+      {"--router-epochs", false, {m::sadmoe}, "sadmoe only"},
+      {"--router-steps", false, {m::sadmoe}, "sadmoe only"},
+      {"--router-batch-size", false, {m::sadmoe}, "sadmoe only"},
+      {"--tau", false, {m::sadmoe}, "sadmoe only"},
   };
   for (const auto& r : rules) {
     const bool given = r.flag ? args.flag(r.option) : static_cast<bool>(args.value(r.option));
     if (!given || std::find(r.methods.begin(), r.methods.end(), how) != r.methods.end()) continue;
-    if (how == m::moefy) throw usage_error(std::string("option ") + r.option + ": not a moefy option");
+    if (compress::splits_dense(how))
+      throw usage_error(std::string("option ") + r.option + ": not a " + compress::to_string(how) + " option");
     throw usage_error(std::string("option ") + r.option + ": " + r.owners);
   }
 }
@@ -146,6 +156,36 @@ compress::compress_params params_from_options(const arguments& args, compress::m
   p.restore_dense = args.flag("--restore-dense");
   p.top_k = args.integer("--top-k", 0, 1, std::numeric_limits<std::int32_t>::max());
   p.restarts = args.integer("--n-init", 10, 1, std::numeric_limits<std::int32_t>::max());
+  if (args.value("--expert-size") && args.value("--experts"))
+    throw usage_error("option --expert-size: give --experts or --expert-size, not both");
+  p.expert_size = args.integer("--expert-size", 0, 1, std::numeric_limits<std::int32_t>::max());
+  constexpr long long most = std::numeric_limits<std::int32_t>::max();
+  p.router.hidden = args.integer("--router-hidden", p.router.hidden, 1, most);
+  p.router.bias = args.flag("--router-bias");
+  if (args.value("--router-objective"))
+    p.router.objective = parse_option(args, "--router-objective", moecomp::gating::parse_router_objective);
+  p.router.learning_rate = args.number("--router-lr", p.router.learning_rate);
+  p.router.epochs = args.integer("--router-epochs", p.router.epochs, 1, most);
+  p.router.steps = args.integer("--router-steps", 0, 1, most);
+  p.router.batch_size = args.integer("--router-batch-size", p.router.batch_size, 1, most);
+  p.router.seed = p.seed;
+  if (const auto taus = args.value("--tau")) {  // a comma-separated list: the report's thresholds, the first for config
+    p.taus.clear();
+    std::string rest = *taus;
+    for (;;) {
+      const std::size_t comma = rest.find(',');
+      const std::string item = rest.substr(0, comma);
+      char* end = nullptr;
+      const double v = item.empty() || item.find_first_not_of("0123456789.eE-") != std::string::npos
+                           ? -1.0 : std::strtod(item.c_str(), &end);
+      if (end == nullptr || *end != '\0' || !(v >= 0 && v <= 1))
+        throw usage_error("option --tau: expected thresholds in [0, 1] separated by commas, got '" + *taus + "'");
+      p.taus.push_back(v);
+      if (comma == std::string::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    p.tau = p.taus.front();
+  }
   if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
     throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
                       args.value_or("--dtype", "") + "'");
@@ -165,6 +205,14 @@ std::string name_the_compress_option(const std::string& message) {
                                    {"--max-iter", "params.max_iterations"},
                                    {"--top-k", "params.top_k"},
                                    {"--n-init", "params.restarts"},
+                                   {"--expert-size", "params.expert_size"},
+                                   {"--router-hidden", "params.router.hidden"},
+                                   {"--router-lr", "params.router.learning_rate"},
+                                   {"--router-epochs", "params.router.epochs"},
+                                   {"--router-steps", "params.router.steps"},
+                                   {"--router-batch-size", "params.router.batch_size"},
+                                   {"--calibration", "params.method sadmoe trains"},
+                                   {"--tau", "params.taus"},
                                    {"--method", "params.method"}});
 }
 
@@ -247,12 +295,12 @@ std::string fixed(double v, int digits) {
 /// The table of the layers on stdout.
 void print_table(const compress::checkpoint_report& r, const std::string& model_dir, const json& totals) {
   const compress::compress_params& p = r.params;
-  const bool dense = p.method == compress::method::moefy;
+  const bool dense = compress::splits_dense(p.method);
   if (dense) {
     const index_t S = r.layers.empty() ? 0 : r.layers.front().expert_size;
-    std::printf("moecomp compress: moefy, %s (%s), %lld dense FFNs of %lld neurons -> %lld experts of %lld, top-%lld "
+    std::printf("moecomp compress: %s, %s (%s), %lld dense FFNs of %lld neurons -> %lld experts of %lld, top-%lld "
                 "(%.1f%% of the FFN's multiply-adds)\n",
-                model_dir.c_str(), r.family.c_str(), static_cast<long long>(r.layers.size()),
+                compress::to_string(p.method), model_dir.c_str(), r.family.c_str(), static_cast<long long>(r.layers.size()),
                 static_cast<long long>(S * p.experts), static_cast<long long>(p.experts), static_cast<long long>(S),
                 static_cast<long long>(p.top_k), 100.0 * r.flops_ratio);
     std::printf("%-34s %10s %12s %12s %8s\n", "layer", "error", "MB before", "MB after", "seconds");
@@ -283,10 +331,11 @@ int compress_command(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const auto started = std::chrono::steady_clock::now();
   if (!args.value("--method"))
-    throw usage_error("option --method: required: hc-smoe, cka-merge, resmoe, prune (MoE checkpoints) or moefy (dense)");
+    throw usage_error("option --method: required: hc-smoe, cka-merge, resmoe, prune (MoE checkpoints), moefy or sadmoe "
+                      "(dense)");
   const compress::method how = parse_option(args, "--method", compress::parse_method);
   const std::string model_dir = args.positional().empty()
-                                    ? default_model_dir(how == compress::method::moefy ? "tiny-dense" : "tiny-moe")
+                                    ? default_model_dir(compress::splits_dense(how) ? "tiny-dense" : "tiny-moe")
                                     : args.positional()[0];
   if (!args.value("-o")) throw usage_error("option -o: required: the output directory OUT_DIR");
   if (args.positional().empty()) outputs.add_input(model_dir, "embedded model '" + model_dir + "'");
@@ -308,20 +357,21 @@ int compress_command(const arguments& args, output_files& outputs) {
   // A method of the other kind: said in the tool's words before the library's checks.
   std::string model_type;
   const model::model_kind kind = model::kind_of_model(layouts, config_text, &model_type);
-  if (how == compress::method::moefy && kind == model::model_kind::moe)
-    throw usage_error("compress: --method moefy splits dense checkpoints, and '" + model_dir + "' is an MoE model (model_type '" +
+  if (compress::splits_dense(how) && kind == model::model_kind::moe)
+    throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " splits dense checkpoints, and '" +
+                      model_dir + "' is an MoE model (model_type '" +
                       model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
-  if (how != compress::method::moefy && kind == model::model_kind::dense)
+  if (!compress::splits_dense(how) && kind == model::model_kind::dense)
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " compresses MoE checkpoints, and '" +
                       model_dir + "' is a dense model (model_type '" + model_type +
-                      "'): --method moefy splits its FFNs into experts");
+                      "'): --method moefy or sadmoe splits its FFNs into experts");
   const std::string calibration_path = calibration_file(args, model_dir);
   std::optional<model::moe_model> moe;
   std::optional<model::dense_model> dense;
   try {
-    if (how == compress::method::moefy) {
+    if (compress::splits_dense(how)) {
       dense.emplace(model::describe_dense_model(layouts, config_text, checkpoint, config_path));
-      params = compress::resolved_dense_params(params, *dense);
+      params = compress::resolved_dense_params(params, *dense, !calibration_path.empty());
     } else {
       moe.emplace(model::describe_moe_model(layouts, config_text, checkpoint, config_path));
       if (moe->layers.empty())
@@ -404,13 +454,13 @@ const command_registration compress_registration{command{
     {"compress",
      "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, "
      "expert pruning; or split a dense checkpoint's FFNs into experts (moefy)",
-     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy [--experts N] [--calibration FILE] "
+     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy|sadmoe [--experts N] [--calibration FILE] "
      "[--features F] [--linkage L] [--merge M] [--similarity S] [--criterion C] [--seed S] [--layouts DIR] "
      "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] "
      "[--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
-     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (MoE checkpoints), moefy (dense checkpoints) (required)"},
+     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (MoE checkpoints), moefy|sadmoe (dense checkpoints) (required)"},
       {"--experts", true,
        "N: experts per MoE layer after compression (default: half, at least top-k); moefy: experts per FFN, a divisor "
        "of its neurons (default: experts of 32 neurons)"},
@@ -431,7 +481,17 @@ const command_registration compress_registration{command{
       {"--max-iter", true, "resmoe: barycenter iterations (default 100, POT's and ResMoE's); moefy: k-means iterations (default 300)"},
       {"--restore-dense", false, "resmoe: also write OUT_DIR/dense, an ordinary checkpoint of the restored experts"},
       {"--top-k", true, "moefy: experts per token for the router the output records and the report's error (default E/4)"},
-      {"--n-init", true, "moefy: balanced k-means runs, the lowest inertia kept (default 10)"},
+      {"--n-init", true, "moefy, sadmoe: balanced k-means runs, the lowest inertia kept (default 10)"},
+      {"--expert-size", true, "moefy, sadmoe: neurons per expert instead of --experts (a divisor of the FFN's neurons)"},
+      {"--router-hidden", true, "sadmoe: the router's hidden width d_h (default 128, the paper's)"},
+      {"--router-bias", false, "sadmoe: biases in the router (D2DMoE's routers have none)"},
+      {"--router-objective", true, "sadmoe: norm (SADMoE: each expert's output norm) | moefication (default norm)"},
+      {"--router-lr", true, "sadmoe: Adam's learning rate (default 1e-3)"},
+      {"--router-epochs", true, "sadmoe: passes over the calibration tokens (default 10)"},
+      {"--router-steps", true, "sadmoe: stop after this many steps instead"},
+      {"--router-batch-size", true, "sadmoe: tokens per step (default 64)"},
+      {"--tau", true, "sadmoe: dynamic-k thresholds in [0, 1] the report measures, comma-separated (default "
+                      "0.1,0.3,0.5,0.7,0.9); the first goes to config.json (default 0.5)"},
       {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)", true},
       {"--quiet", false, "no progress display"},
       {"--progress", false, "progress as one line per step on stderr, also when stderr is not a terminal"}},

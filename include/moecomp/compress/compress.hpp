@@ -85,10 +85,12 @@ inline compress_params resolved_params(const compress_params& params, const mode
   return detail::resolve_moe_params(params, m, calibrated, expert_dtype);
 }
 
-/// moefy's `params` settled for the dense model `m`: experts (0: experts of 32 neurons; else a divisor of the
-/// FFN's neurons), top_k (0: max(1, E / 4)), restarts >= 1, max_iterations (0: 300); invalid_argument otherwise.
-inline compress_params resolved_dense_params(const compress_params& params, const model::dense_model& m) {
-  return detail::resolve_dense_params(params, m);
+/// moefy's and sadmoe's `params` settled for the dense model `m`: experts (0: experts of 32 neurons; else a
+/// divisor of the FFN's neurons), top_k (0: max(1, E / 4)), restarts >= 1, max_iterations (0: 300); sadmoe needs
+/// calibration tokens, a router of d_h >= 1 and taus in [0, 1]. invalid_argument otherwise.
+inline compress_params resolved_dense_params(const compress_params& params, const model::dense_model& m,
+                                             bool calibrated = false) {
+  return detail::resolve_dense_params(params, m, calibrated);
 }
 
 /// The dtypes a layer's computed tensors are stored in; compress_layer rounds each to its dtype before measuring,
@@ -111,7 +113,8 @@ inline compressed_layer compress_layer(const host_context& ctx, const compress_p
                                        const storage_dtypes& dtypes, layer_report& report,
                                        const compress_observer& observer = {}) {
   constexpr const char* fn = "compress_layer";
-  MOECOMP_EXPECTS(params.method != method::moefy, fn, ": params.method must be a method for MoE layers, got moefy");
+  MOECOMP_EXPECTS(!splits_dense(params.method), fn, ": params.method must be a method for MoE layers, got ",
+                  to_string(params.method));
   detail::check_layer_view(fn, m, w);
   MOECOMP_EXPECTS(x.cols() == m.hidden_size, fn, ": x must have ", m.hidden_size, " columns (the hidden size), got ",
                   x.cols());
@@ -171,8 +174,9 @@ inline checkpoint_report compress_checkpoint(const host_context& ctx, const comp
                                              const io::safetensors_file* calibration, io::safetensors_sharded_writer& writer,
                                              io::safetensors_sharded_writer* dense_writer = nullptr,
                                              const compress_observer& observer = {}) {
-  MOECOMP_EXPECTS(params.method != method::moefy,
-                  "compress_checkpoint: params.method must be a method for MoE checkpoints, got moefy "
+  MOECOMP_EXPECTS(!splits_dense(params.method),
+                  "compress_checkpoint: params.method must be a method for MoE checkpoints, got ", to_string(params.method),
+                  " "
                   "(compress_dense_checkpoint splits dense ones)");
   MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= m.num_experts,
                   "compress_checkpoint: params must be resolved (resolved_params), got params.experts ", params.experts);
@@ -183,17 +187,21 @@ inline checkpoint_report compress_checkpoint(const host_context& ctx, const comp
                                           params.restore_dense ? dense_writer : nullptr, observer);
 }
 
-/// moefy: every dense FFN of `checkpoint` split into params.experts equal experts (params resolved by
+/// moefy and sadmoe: every dense FFN of `checkpoint` split into params.experts equal experts (params resolved by
 /// resolved_dense_params), written as the same architecture with each FFN's neurons permuted so that expert e is
 /// neurons [e s, (e + 1) s) (a lossless rewrite), plus per layer the MoEfication router
 /// (`PREFIX.moefy.router.weight`, E x H, in the gate's dtype) and the permutation (`PREFIX.moefy.permutation`,
-/// I32). The report gives each FFN's top-k output error on the calibration tokens and the FLOPs model.
+/// I32). The report gives each FFN's top-k output error on the calibration tokens and the FLOPs model. sadmoe
+/// adds per FFN the router trained on the calibration tokens (`PREFIX.sadmoe.router.w1` d_h x H, `.w2` E x d_h,
+/// `.b1` and `.b2` with params.router.bias, in the gate's dtype; config.json's `moecomp_sadmoe` says how to route)
+/// and, on the held-out tokens, dynamic-k at each of params.taus and top-k with it (mean experts, FLOPs ratio of
+/// SADMoE's Appendix B, output error against the dense FFN).
 inline checkpoint_report compress_dense_checkpoint(const host_context& ctx, const compress_params& params,
                                                    const io::safetensors_checkpoint& checkpoint, const model::dense_model& m,
                                                    const std::string& config_text, const io::safetensors_file* calibration,
                                                    io::safetensors_sharded_writer& writer,
                                                    const compress_observer& observer = {}) {
-  MOECOMP_EXPECTS(params.method == method::moefy, "compress_dense_checkpoint: params.method must be moefy, got ",
+  MOECOMP_EXPECTS(splits_dense(params.method), "compress_dense_checkpoint: params.method must be moefy or sadmoe, got ",
                   to_string(params.method));
   MOECOMP_EXPECTS(params.experts >= 1 && m.ffn_size % params.experts == 0 && params.top_k >= 1 &&
                       params.top_k <= params.experts,

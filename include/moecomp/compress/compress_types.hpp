@@ -9,6 +9,7 @@
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/cluster/linkage_types.hpp>
+#include <moecomp/gating/router_training_types.hpp>
 #include <moecomp/merge/merge_types.hpp>
 #include <moecomp/moe/ffn_types.hpp>
 #include <moecomp/moe/shared_base.hpp>
@@ -35,9 +36,14 @@ namespace compress {
 ///   prune      the experts with the highest scores kept (frequency, or REAP's saliency), the router's rows of
 ///              the others dropped;
 ///   resmoe     ResMoE: a Wasserstein-barycenter base expert plus each expert's magnitude-pruned residual;
+///   sadmoe     SADMoE: moefy's split, then per FFN a router trained on the calibration tokens to predict each
+///              expert's output norm (gating::train_router), for dynamic-k inference;
 ///   moefy      MoEfication (SADMoE's first step): a dense checkpoint's FFNs split into equal experts by
 ///              balanced k-means, with a centre router.
-enum class method { hc_smoe, cka_merge, prune, resmoe, moefy };
+enum class method { hc_smoe, cka_merge, prune, resmoe, moefy, sadmoe };
+
+/// Whether the method splits a dense checkpoint's FFNs (moefy, sadmoe) rather than compressing an MoE one.
+inline bool splits_dense(method m) noexcept { return m == method::moefy || m == method::sadmoe; }
 
 inline const char* to_string(method m) noexcept {
   switch (m) {
@@ -46,15 +52,16 @@ inline const char* to_string(method m) noexcept {
     case method::prune: return "prune";
     case method::resmoe: return "resmoe";
     case method::moefy: return "moefy";
+    case method::sadmoe: return "sadmoe";
   }
   return "unknown";
 }
 
-/// Parses hc-smoe, cka-merge, resmoe, prune or moefy; invalid_argument otherwise.
+/// Parses hc-smoe, cka-merge, resmoe, prune, moefy or sadmoe; invalid_argument otherwise.
 inline method parse_method(std::string_view name) {
-  for (method m : {method::hc_smoe, method::cka_merge, method::resmoe, method::prune, method::moefy})
+  for (method m : {method::hc_smoe, method::cka_merge, method::resmoe, method::prune, method::moefy, method::sadmoe})
     if (name == to_string(m)) return m;
-  MOECOMP_FAIL(error_kind::invalid_argument, "method: expected hc-smoe, cka-merge, resmoe, prune or moefy, got '",
+  MOECOMP_FAIL(error_kind::invalid_argument, "method: expected hc-smoe, cka-merge, resmoe, prune, moefy or sadmoe, got '",
                std::string(name), "'");
 }
 
@@ -157,6 +164,21 @@ struct compress_params {
   /// the balanced k-means runs (the lowest inertia kept).
   index_t top_k = 0;
   index_t restarts = 10;
+  /// moefy, sadmoe: neurons per expert, instead of `experts` (0: `experts` decides).
+  index_t expert_size = 0;
+  /// sadmoe: each FFN's router, trained on the layer's calibration tokens (gating::train_router; by default 10
+  /// epochs, d_h 128, Adam at 1e-3, the last tenth of the tokens held out), and the dynamic-k thresholds the
+  /// report measures on the held-out tokens (each: mean experts per token, FLOPs ratio, output error); `tau` is
+  /// the threshold written to config.json.
+  gating::router_training_params router = default_router();
+  std::vector<double> taus = {0.1, 0.3, 0.5, 0.7, 0.9};
+  double tau = 0.5;
+
+  static gating::router_training_params default_router() {
+    gating::router_training_params r;
+    r.epochs = 10;
+    return r;
+  }
 };
 
 /// One MoE layer's float weights as views of the caller's memory: what compress_layer reads, nothing copied
@@ -232,6 +254,17 @@ struct layer_report {
   index_t kmeans_best_run = 0;
   double kmeans_assignment_gap = 0;
   index_t smallest_expert = 0, largest_expert = 0;
+  // sadmoe (per dense FFN): the trained router and dynamic-k on the held-out tokens.
+  struct dynamic_k_point {
+    double tau = 0, mean_experts = 0, flops_ratio = 0, output_relative_error = 0;
+  };
+  std::int64_t router_steps = 0;
+  double router_validation_mse = std::numeric_limits<double>::quiet_NaN();
+  double router_top1_agreement = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> router_train_loss, router_validation_loss;  ///< per epoch
+  std::vector<dynamic_k_point> dynamic_k;                         ///< one per params.taus
+  double router_top_k_error = std::numeric_limits<double>::quiet_NaN();  ///< the trained router at top_k
+  double router_top_k_flops_ratio = 0;
 };
 
 /// The result of compress_checkpoint and compress_dense_checkpoint. status: ok; numerical_error when a layer's

@@ -8,6 +8,7 @@
 #include <moecomp/model/layout.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -40,7 +41,7 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
   constexpr const char* fn = "compress";
   compress_params p = given;
   const index_t E = m.num_experts;
-  MOECOMP_EXPECTS(p.method != method::moefy, fn, ": params.method moefy splits dense checkpoints, and this is an MoE ",
+  MOECOMP_EXPECTS(!splits_dense(p.method), fn, ": params.method ", to_string(p.method), " splits dense checkpoints, and this is an MoE ",
                   "model (model_type '", m.model_type, "'): use hc-smoe, cka-merge, resmoe or prune");
   MOECOMP_EXPECTS(!(p.method == method::resmoe && p.experts != 0 && p.experts != E), fn,
                   ": params.experts is for the methods that drop experts: resmoe keeps every expert (as a shared base plus a sparse residual each), got ",
@@ -105,13 +106,20 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
   return p;
 }
 
-inline compress_params resolve_dense_params(const compress_params& given, const model::dense_model& m) {
+inline compress_params resolve_dense_params(const compress_params& given, const model::dense_model& m, bool calibrated) {
   constexpr const char* fn = "compress";
   compress_params p = given;
   const index_t F = m.ffn_size;
-  MOECOMP_EXPECTS(p.method == method::moefy, fn, ": params.method ", to_string(p.method),
+  MOECOMP_EXPECTS(splits_dense(p.method), fn, ": params.method ", to_string(p.method),
                   " compresses MoE checkpoints, and this is a dense model (model_type '", m.model_type,
-                  "'): moefy splits its FFNs into experts");
+                  "'): moefy or sadmoe splits its FFNs into experts");
+  MOECOMP_EXPECTS(p.expert_size == 0 || p.experts == 0, fn, ": params.expert_size and params.experts exclude each other, got ",
+                  p.expert_size, " and ", p.experts);
+  if (p.expert_size != 0) {
+    MOECOMP_EXPECTS(p.expert_size >= 1 && p.expert_size <= F && F % p.expert_size == 0, fn,
+                    ": params.expert_size must be a divisor of the FFN's ", F, " neurons, got ", p.expert_size);
+    p.experts = F / p.expert_size;
+  }
   MOECOMP_EXPECTS(p.experts != 0 || F % 32 == 0, fn, ": params.experts is required here: the FFN's ", F,
                   " neurons are not a multiple of 32 (the default expert size)");
   if (p.experts == 0) p.experts = F / 32;
@@ -124,6 +132,19 @@ inline compress_params resolve_dense_params(const compress_params& given, const 
   if (p.max_iterations == 0) p.max_iterations = 300;
   MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1 (0: the default), got ",
                   p.max_iterations);
+  if (p.method == method::sadmoe) {
+    MOECOMP_EXPECTS(calibrated, fn, ": params.method sadmoe trains each FFN's router on calibration tokens (a ",
+                    "calibration file with layers.{i}.moe_input), and there are none");
+    MOECOMP_EXPECTS(p.router.hidden >= 1, fn, ": params.router.hidden (d_h) must be >= 1, got ", p.router.hidden);
+    MOECOMP_EXPECTS(std::isfinite(p.router.learning_rate) && p.router.learning_rate > 0, fn,
+                    ": params.router.learning_rate must be > 0, got ", p.router.learning_rate);
+    MOECOMP_EXPECTS(p.router.epochs >= 1 || p.router.steps >= 1, fn,
+                    ": params.router.epochs or params.router.steps must be >= 1, got ", p.router.epochs, " and ",
+                    p.router.steps);
+    MOECOMP_EXPECTS(std::isfinite(p.tau) && p.tau >= 0 && p.tau <= 1, fn, ": params.tau must be in [0, 1], got ", p.tau);
+    for (double t : p.taus)
+      MOECOMP_EXPECTS(std::isfinite(t) && t >= 0 && t <= 1, fn, ": params.taus must be in [0, 1], got ", t);
+  }
   return p;
 }
 

@@ -5,6 +5,8 @@
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/cluster/moefication.hpp>
 #include <moecomp/compress/detail/compress_checkpoint.hpp>
+#include <moecomp/gating/router_training.hpp>
+#include <moecomp/moe/dynamic_k.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -89,6 +91,96 @@ inline double moefy_error(const host_context& ctx, const moe::ffn_params& params
       ref += a * a;
     }
   return std::sqrt(diff) / std::sqrt(ref);
+}
+
+/// SADMoE on one split FFN: the router trained on the tokens x to predict each expert's output norm (or, with
+/// the moefication objective, its hidden-activation sum), rounded to the checkpoint's dtype, and dynamic-k
+/// measured on the held-out tokens (the last validation share; all tokens without one) against the dense FFN.
+/// Returns the router's tensors (`PREFIX.sadmoe.router.w1`, `.w2`, and `.b1`, `.b2` with biases).
+inline std::vector<owned_tensor> sadmoe_router(const host_context& ctx, const compress_params& params,
+                                               const moe::ffn_params& ffn, const moe::ffn_expert_view<float>& dense,
+                                               const moe::ffn_expert_stack_view<float>& experts,
+                                               matrix_view<const float> x, io::safetensors_dtype dtype,
+                                               const std::string& prefix, const step_timer& timed, layer_report& report) {
+  const index_t T = x.rows(), H = x.cols(), E = experts.experts(), S = experts.d_ff(), dh = params.router.hidden;
+  host_matrix<float> targets(T, E);
+  timed("router targets", [&] {
+    if (params.router.objective == gating::router_objective::output_norm) {
+      moe::expert_output_norms<float>(ctx, ffn, experts, x, targets.view());
+      return;
+    }
+    host_matrix<float> hidden(T, S);  // MoEfication's labels: each expert's summed |hidden activation|
+    for (index_t e = 0; e < E; ++e) {
+      moe::ffn_hidden<float>(ctx, ffn, experts.expert(e), x, hidden.view());
+      for (index_t t = 0; t < T; ++t) {
+        double sum = 0;
+        for (index_t j = 0; j < S; ++j) sum += std::abs(static_cast<double>(hidden(t, j)));
+        targets(t, e) = static_cast<float>(sum);
+      }
+    }
+  });
+  host_matrix<float> w1(dh, H), w2(E, dh);
+  std::vector<float> b1(params.router.bias ? static_cast<std::size_t>(dh) : 0), b2(params.router.bias ? static_cast<std::size_t>(E) : 0);
+  gating::router_weights_view<float> w{w1.view(), vector_view<float>(b1.data(), static_cast<index_t>(b1.size())), w2.view(),
+                                       vector_view<float>(b2.data(), static_cast<index_t>(b2.size()))};
+  gating::router_training_result trained;
+  timed("router training", [&] {
+    gating::init_router_weights<float>(params.router, params.seed, w);
+    trained = gating::train_router<float>(ctx, params.router, x, targets.const_view(), w);
+  });
+  io::round_to_storage(w1.data(), static_cast<std::size_t>(w1.size()), dtype);
+  io::round_to_storage(w2.data(), static_cast<std::size_t>(w2.size()), dtype);
+  io::round_to_storage(b1.data(), b1.size(), dtype);
+  io::round_to_storage(b2.data(), b2.size(), dtype);
+  report.router_steps = trained.iterations;
+  report.router_validation_mse = trained.validation_mse;
+  report.router_top1_agreement = trained.top1_agreement;
+  report.router_train_loss = trained.train_loss;
+  report.router_validation_loss = trained.validation_loss;
+  timed("dynamic-k", [&] {
+    const index_t held = trained.validation_tokens > 0 ? trained.validation_tokens : T;
+    const matrix_view<const float> xv = x.row_range(T - held, held);
+    host_matrix<float> y(held, H), z(held, H);
+    moe::ffn_forward<float>(ctx, ffn, dense, xv, y.view());
+    auto error = [&]() {
+      double diff = 0, ref = 0;
+      for (index_t t = 0; t < held; ++t)
+        for (index_t k = 0; k < H; ++k) {
+          const double a = y(t, k), b = z(t, k);
+          diff += (a - b) * (a - b);
+          ref += a * a;
+        }
+      return std::sqrt(diff) / std::sqrt(ref);
+    };
+    const gating::router_weights_view<const float> router{w1.const_view(), vector_view<const float>(b1.data(), static_cast<index_t>(b1.size())),
+                                                          w2.const_view(), vector_view<const float>(b2.data(), static_cast<index_t>(b2.size()))};
+    moe::dynamic_k_params dk;
+    dk.objective = params.router.objective;
+    dk.ffn = ffn;
+    for (double tau : params.taus) {
+      dk.routing.rule = gating::routing_rule::threshold;
+      dk.routing.tau = tau;
+      const moe::dynamic_k_result r = moe::dynamic_k_forward<float>(ctx, dk, experts, router, xv, z.view());
+      report.dynamic_k.push_back({tau, r.mean_experts, r.cost.ratio, error()});
+    }
+    dk.routing.rule = gating::routing_rule::top_k;
+    dk.routing.top_k = params.top_k;
+    const moe::dynamic_k_result r = moe::dynamic_k_forward<float>(ctx, dk, experts, router, xv, z.view());
+    report.router_top_k_error = error();
+    report.router_top_k_flops_ratio = r.cost.ratio;
+  });
+  std::vector<owned_tensor> out;
+  auto add = [&](const std::string& name, std::vector<index_t> shape, const float* values, std::size_t count) {
+    out.push_back({prefix + ".sadmoe.router." + name, dtype, std::move(shape), {}});
+    io::append_encoded(values, count, dtype, out.back().bytes);
+  };
+  add("w1", {dh, H}, w1.data(), static_cast<std::size_t>(w1.size()));
+  add("w2", {E, dh}, w2.data(), static_cast<std::size_t>(w2.size()));
+  if (params.router.bias) {
+    add("b1", {dh}, b1.data(), b1.size());
+    add("b2", {E}, b2.data(), b2.size());
+  }
+  return out;
 }
 
 /// The tensor prefix without its final dot ("model.layers.3.mlp").
@@ -176,6 +268,15 @@ inline checkpoint_report compress_dense_checkpoint_host(const host_context& ctx,
       result.criterion = error;
       return result;
     }
+    std::vector<owned_tensor> router_tensors;  // sadmoe: the trained router, rounded to the gate's dtype
+    if (params.method == method::sadmoe) {
+      moe::ffn_expert_stack_view<float> experts;
+      experts.w1 = matrix_stack_view<const float>(e1.data(), E, S, H);
+      if (m.gated) experts.w3 = matrix_stack_view<const float>(e3.data(), E, S, H);
+      experts.w2 = matrix_stack_view<const float>(e2.data(), E, H, S);
+      router_tensors = sadmoe_router(ctx, params, ffn, dense, experts, x.const_view(), router_dtype, report.layer, timed,
+                                     report);
+    }
     timed.announce("writing");
     const auto writing_started = std::chrono::steady_clock::now();
     std::vector<owned_tensor> tensors;
@@ -199,6 +300,7 @@ inline checkpoint_report compress_dense_checkpoint_host(const host_context& ctx,
       }
       tensors.push_back(std::move(p));
     }
+    for (owned_tensor& t : router_tensors) tensors.push_back(std::move(t));
     std::vector<io::safetensors_entry> entries;
     double layer_before = 0, layer_after = 0;
     for (const std::string& n : names.tensor_names()) {
@@ -264,6 +366,23 @@ inline checkpoint_report compress_dense_checkpoint_host(const host_context& ctx,
   record["layers"] = prefixes;
   record["version"] = MOECOMP_VERSION_STRING;
   config["moecomp_moefy"] = record;
+  if (params.method == method::sadmoe) {
+    json sadmoe;
+    sadmoe["num_experts"] = E;
+    sadmoe["expert_size"] = S;
+    sadmoe["router_hidden"] = params.router.hidden;
+    sadmoe["router_bias"] = params.router.bias;
+    sadmoe["objective"] = gating::to_string(params.router.objective);
+    sadmoe["tau"] = params.tau;
+    sadmoe["top_k"] = top_k;
+    sadmoe["router"] = "sadmoe.router.{w1,w2}" + std::string(params.router.bias ? " and {b1,b2}" : "");
+    sadmoe["scores"] = params.router.objective == gating::router_objective::output_norm
+                           ? "|w2 relu(w1 x + b1) + b2|; expert i runs iff score_i >= tau max score, each with weight 1"
+                           : "sigmoid(w2 relu(w1 x + b1) + b2); expert i runs iff score_i >= tau max score, weight 1";
+    sadmoe["layers"] = prefixes;
+    sadmoe["version"] = MOECOMP_VERSION_STRING;
+    config["moecomp_sadmoe"] = sadmoe;
+  }
   result.config_json = config.dump(2) + "\n";
   return result;
 }

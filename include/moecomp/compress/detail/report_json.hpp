@@ -21,7 +21,7 @@ inline nlohmann::ordered_json layer_json(const layer_report& l, method how) {
   using json = nlohmann::ordered_json;
   json record;
   record["layer"] = l.layer;
-  if (how == method::moefy) {
+  if (splits_dense(how)) {
     record["experts"] = l.experts;
     record["expert_size"] = l.expert_size;
     record["top_k"] = l.top_k;
@@ -36,6 +36,26 @@ inline nlohmann::ordered_json layer_json(const layer_report& l, method how) {
     kmeans["smallest_expert"] = l.smallest_expert;
     kmeans["largest_expert"] = l.largest_expert;
     record["balanced_kmeans"] = kmeans;
+    if (how == method::sadmoe) {
+      json router;
+      router["steps"] = l.router_steps;
+      router["validation_mse"] = number_or_null(l.router_validation_mse);
+      router["top1_agreement"] = number_or_null(l.router_top1_agreement);
+      router["train_loss"] = l.router_train_loss;
+      json vl = json::array();
+      for (double v : l.router_validation_loss) vl.push_back(number_or_null(v));
+      router["validation_loss"] = vl;
+      router["top_k_output_relative_error"] = number_or_null(l.router_top_k_error);
+      router["top_k_flops_ratio"] = l.router_top_k_flops_ratio;
+      record["router"] = router;
+      json points = json::array();
+      for (const auto& d : l.dynamic_k)
+        points.push_back({{"tau", d.tau},
+                          {"mean_experts", d.mean_experts},
+                          {"flops_ratio", d.flops_ratio},
+                          {"output_relative_error", number_or_null(d.output_relative_error)}});
+      record["dynamic_k"] = points;
+    }
     record["bytes_before"] = l.bytes_before;
     record["bytes_after"] = l.bytes_after;
   } else {
@@ -99,12 +119,23 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
   report["experts_before"] = r.experts_before;
   report["experts_after"] = r.experts_after;
   json options = json::object();
-  if (p.method == method::moefy) {
+  if (splits_dense(p.method)) {
     options["experts"] = p.experts;
     options["expert_size"] = r.experts_after > 0 && !r.layers.empty() ? r.layers.front().expert_size : 0;
     options["top_k"] = p.top_k;
     options["n_init"] = p.restarts;
     options["max_iter"] = p.max_iterations;
+    if (p.method == method::sadmoe) {
+      options["router_hidden"] = p.router.hidden;
+      options["router_bias"] = p.router.bias;
+      options["router_objective"] = gating::to_string(p.router.objective);
+      options["router_lr"] = p.router.learning_rate;
+      options["router_epochs"] = p.router.epochs;
+      options["router_steps"] = p.router.steps;
+      options["router_batch_size"] = p.router.batch_size;
+      options["tau"] = p.tau;
+      options["taus"] = p.taus;
+    }
   } else if (p.method == method::hc_smoe) {
     options["features"] = to_string(p.features);
     options["linkage"] = cluster::to_string(p.linkage);
@@ -124,7 +155,7 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
   options["seed"] = p.seed;
   options["calibration"] = calibration.empty() ? json(nullptr) : json(calibration);
   report["options"] = options;
-  if (p.method == method::moefy) {
+  if (splits_dense(p.method)) {
     json flops;
     flops["dense_ffn_macs_per_token"] = r.dense_ffn_macs_per_token;
     flops["expert_macs_per_token"] = r.expert_macs_per_token;
