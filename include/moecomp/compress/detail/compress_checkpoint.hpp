@@ -148,6 +148,30 @@ inline std::string calibration_key(const model::moe_model& m, const model::moe_l
 
 inline bool stop_requested(const compress_observer& observer) { return observer.stop && observer.stop(); }
 
+/// Marks `result` cancelled when the observer asks to stop; true then.
+inline bool stopped(const compress_observer& observer, checkpoint_report& result) {
+  if (!stop_requested(observer)) return false;
+  result.cancelled = true;
+  result.status = moecomp::status::not_converged;
+  return true;
+}
+
+/// The last shard: every tensor of `checkpoint` not in `written`, unconverted, to `writer` (and `dense_writer`),
+/// which are then finished.
+inline void write_other_tensors(const io::safetensors_checkpoint& checkpoint, const std::set<std::string>& written,
+                                io::safetensors_sharded_writer& writer, io::safetensors_sharded_writer* dense_writer,
+                                const compress_observer& observer, index_t layers) {
+  if (observer.step) observer.step(layers - 1, layers, "rest", "writing the other tensors");
+  std::vector<io::safetensors_entry> rest;
+  for (const std::string& n : checkpoint.names())
+    if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+  for (io::safetensors_sharded_writer* w : {&writer, dense_writer}) {
+    if (w == nullptr) continue;
+    if (!rest.empty()) w->write_shard(rest, checkpoint.metadata());
+    w->finish();
+  }
+}
+
 inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const compress_params& params,
                                                   const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
                                                   const model::checkpoint_layout& layout, const std::string& config_text,
@@ -170,11 +194,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     report.layer = layer_prefix(names);
     const step_timer timed(observer, i, L, report.layer, report);
     const auto t0 = std::chrono::steady_clock::now();
-    if (stop_requested(observer)) {
-      result.cancelled = true;
-      result.status = moecomp::status::not_converged;
-      return result;
-    }
+    if (stopped(observer, result)) return result;
     timed.announce("loading");
     const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
     host_matrix<float> x(0, w.d_model);
@@ -186,11 +206,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
                            names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
                            names.correction_bias.empty() ? io::safetensors_dtype::f32
                                                          : checkpoint.info(names.correction_bias).dtype);
-    if (stop_requested(observer)) {
-      result.cancelled = true;
-      result.status = moecomp::status::not_converged;
-      return result;
-    }
+    if (stopped(observer, result)) return result;
     double error = 0;
     timed("error", [&] { error = layer_error(ctx, m, layer_view(w), c, x.const_view()); });
     if (x.rows() > 0 && !std::isfinite(error)) {
@@ -199,11 +215,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
       result.criterion = error;
       return result;
     }
-    if (stop_requested(observer)) {
-      result.cancelled = true;
-      result.status = moecomp::status::not_converged;
-      return result;
-    }
+    if (stopped(observer, result)) return result;
     timed.announce("writing");
     const auto writing_started = std::chrono::steady_clock::now();
     // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
@@ -269,21 +281,8 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     result.layers.push_back(std::move(report));
     result.iterations = i + 1;
   }
-  if (stop_requested(observer)) {
-    result.cancelled = true;
-    result.status = moecomp::status::not_converged;
-    return result;
-  }
-  if (observer.step) observer.step(L - 1, L, "rest", "writing the other tensors");
-  std::vector<io::safetensors_entry> rest;
-  for (const std::string& n : checkpoint.names())
-    if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
-  if (!rest.empty()) writer.write_shard(rest, checkpoint.metadata());
-  writer.finish();
-  if (dense_writer != nullptr) {
-    if (!rest.empty()) dense_writer->write_shard(rest, checkpoint.metadata());
-    dense_writer->finish();
-  }
+  if (stopped(observer, result)) return result;
+  write_other_tensors(checkpoint, written, writer, dense_writer, observer, L);
 
   // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
   json config = json::parse(config_text);

@@ -226,11 +226,7 @@ inline checkpoint_report compress_dense_checkpoint_host(const host_context& ctx,
     report.layer = dense_prefix(names);
     const step_timer timed(observer, i, L, report.layer, report);
     const auto t0 = std::chrono::steady_clock::now();
-    if (stop_requested(observer)) {
-      result.cancelled = true;
-      result.status = moecomp::status::not_converged;
-      return result;
-    }
+    if (stopped(observer, result)) return result;
     std::optional<model::dense_ffn_weights<float>> w;
     host_matrix<float> x(0, H);
     timed("loading", [&] {
@@ -344,17 +340,8 @@ inline checkpoint_report compress_dense_checkpoint_host(const host_context& ctx,
     result.layers.push_back(std::move(report));
     result.iterations = i + 1;
   }
-  if (stop_requested(observer)) {
-    result.cancelled = true;
-    result.status = moecomp::status::not_converged;
-    return result;
-  }
-  if (observer.step) observer.step(L - 1, L, "rest", "writing the other tensors");
-  std::vector<io::safetensors_entry> rest;
-  for (const std::string& n : checkpoint.names())
-    if (written.count(n) == 0) rest.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
-  if (!rest.empty()) writer.write_shard(rest, checkpoint.metadata());
-  writer.finish();
+  if (stopped(observer, result)) return result;
+  write_other_tensors(checkpoint, written, writer, nullptr, observer, L);
   json config = json::parse(config_text);
   json record;
   record["num_experts"] = E;
