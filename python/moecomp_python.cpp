@@ -1165,8 +1165,26 @@ std::string keyword_message(const char* fn, std::string message) {
   const std::string head = "compress: ";
   if (message.compare(0, head.size(), head) == 0) message.erase(0, head.size());
   for (std::size_t at; (at = message.find("params.")) != std::string::npos;) message.erase(at, 7);
+  const std::pair<const char*, const char*> keywords[] = {
+      {"router.learning_rate", "router_lr"}, {"router.hidden", "router_hidden"}, {"router.epochs", "router_epochs"},
+      {"router.steps", "router_steps"},     {"router.batch_size", "router_batch_size"}, {"taus", "tau"}};
+  for (const auto& [field, keyword] : keywords)
+    for (std::size_t at; (at = message.find(field)) != std::string::npos;) message.replace(at, std::strlen(field), keyword);
   return std::string(fn) + ": " + message;
 }
+
+/// moefy's and sadmoe's keywords (compress_layer leaves them at their defaults).
+struct dense_keywords {
+  index_t expert_size = 0;
+  index_t router_hidden = 128;
+  bool router_bias = false;
+  std::string router_objective = "norm";
+  double router_lr = 1e-3;
+  index_t router_epochs = 10;
+  index_t router_steps = 0;
+  index_t router_batch_size = 64;
+  py::object tau = py::none();  // a threshold or a sequence of them
+};
 
 /// compress_params from the keywords, "auto" where they are left at their defaults. A keyword that another method
 /// uses, given a value other than its default, is refused (the tool refuses the option): ValueError.
@@ -1175,7 +1193,8 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
                                          const std::optional<std::string>& merge, const std::string& similarity,
                                          const std::string& criterion, std::int64_t seed, double keep,
                                          const std::string& format, const std::optional<std::string>& values,
-                                         index_t max_iterations, bool restore_dense, index_t top_k, index_t restarts) {
+                                         index_t max_iterations, bool restore_dense, index_t top_k, index_t restarts,
+                                         const dense_keywords& dense = {}) {
   using m = mc::method;
   mc::compress_params p;
   p.method = named(fn, [&] { return mc::parse_method(method); });
@@ -1193,10 +1212,19 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
       {"keep", keep != 0.25, {m::resmoe}, "resmoe only"},
       {"format", format != "auto", {m::resmoe}, "resmoe only"},
       {"values", values.has_value(), {m::resmoe}, "resmoe only"},
-      {"max_iterations", max_iterations != 0, {m::resmoe, m::moefy}, "resmoe and moefy only"},
+      {"max_iterations", max_iterations != 0, {m::resmoe, m::moefy, m::sadmoe}, "resmoe, moefy and sadmoe only"},
       {"restore_dense", restore_dense, {m::resmoe}, "resmoe only"},
-      {"top_k", top_k != 0, {m::moefy}, "moefy only"},
-      {"restarts", restarts != 10, {m::moefy}, "moefy only"},
+      {"top_k", top_k != 0, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
+      {"restarts", restarts != 10, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
+      {"expert_size", dense.expert_size != 0, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
+      {"router_hidden", dense.router_hidden != 128, {m::sadmoe}, "sadmoe only"},
+      {"router_bias", dense.router_bias, {m::sadmoe}, "sadmoe only"},
+      {"router_objective", dense.router_objective != "norm", {m::sadmoe}, "sadmoe only"},
+      {"router_lr", dense.router_lr != 1e-3, {m::sadmoe}, "sadmoe only"},
+      {"router_epochs", dense.router_epochs != 10, {m::sadmoe}, "sadmoe only"},
+      {"router_steps", dense.router_steps != 0, {m::sadmoe}, "sadmoe only"},
+      {"router_batch_size", dense.router_batch_size != 64, {m::sadmoe}, "sadmoe only"},
+      {"tau", !dense.tau.is_none(), {m::sadmoe}, "sadmoe only"},
   };
   for (const auto& r : rules)
     if (r.given && std::find(r.methods.begin(), r.methods.end(), p.method) == r.methods.end())
@@ -1221,6 +1249,32 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
   p.restore_dense = restore_dense;
   p.top_k = top_k;
   p.restarts = restarts;
+  if (dense.expert_size != 0 && experts != 0)
+    throw py::value_error(std::string(fn) + ": give experts or expert_size, not both");
+  if (dense.expert_size < 0 || dense.router_steps < 0)
+    throw py::value_error(std::string(fn) + ": expert_size and router_steps must be >= 0 (0: not given)");
+  p.expert_size = dense.expert_size;
+  p.router.hidden = dense.router_hidden;
+  p.router.bias = dense.router_bias;
+  p.router.objective = named(fn, [&] { return moecomp::gating::parse_router_objective(dense.router_objective); });
+  p.router.learning_rate = dense.router_lr;
+  p.router.epochs = dense.router_epochs;
+  p.router.steps = dense.router_steps;
+  p.router.batch_size = dense.router_batch_size;
+  p.router.seed = p.seed;
+  if (!dense.tau.is_none()) {  // one threshold or several: the report measures each, config.json gets the first
+    p.taus.clear();
+    if (PyNumber_Check(dense.tau.ptr()) != 0) {
+      p.taus.push_back(py::cast<double>(dense.tau));
+    } else {
+      for (const py::handle v : dense.tau) p.taus.push_back(py::cast<double>(v));
+    }
+    for (const double v : p.taus)
+      if (!(v >= 0 && v <= 1))
+        throw py::value_error(std::string(fn) + ": tau: expected thresholds in [0, 1], got " + std::to_string(v));
+    if (p.taus.empty()) throw py::value_error(std::string(fn) + ": tau: expected at least one threshold");
+    p.tau = p.taus.front();
+  }
   return p;
 }
 
@@ -1440,16 +1494,29 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
                                const std::string& similarity, const std::string& criterion, std::int64_t seed,
                                double keep, const std::string& format, const std::optional<std::string>& values,
                                index_t max_iterations, bool restore_dense, index_t top_k, index_t restarts,
-                               py::handle layouts_arg, py::handle progress, int threads) {
+                               index_t expert_size, index_t router_hidden, bool router_bias,
+                               const std::string& router_objective, double router_lr, index_t router_epochs,
+                               index_t router_steps, index_t router_batch_size, py::object tau, py::handle layouts_arg,
+                               py::handle progress, int threads) {
   constexpr const char* fn = "compress_checkpoint";
   namespace io = moecomp::io;
   namespace mm = moecomp::model;
   const auto started = std::chrono::steady_clock::now();
   const std::string model_dir = path_arg(fn, "model_dir", model_dir_arg);
   std::string out_dir = path_arg(fn, "out_dir", out_dir_arg);
+  dense_keywords dense_options;
+  dense_options.expert_size = expert_size;
+  dense_options.router_hidden = router_hidden;
+  dense_options.router_bias = router_bias;
+  dense_options.router_objective = router_objective;
+  dense_options.router_lr = router_lr;
+  dense_options.router_epochs = router_epochs;
+  dense_options.router_steps = router_steps;
+  dense_options.router_batch_size = router_batch_size;
+  dense_options.tau = std::move(tau);
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity,
                                                     criterion, seed, keep, format, values, max_iterations,
-                                                    restore_dense, top_k, restarts);
+                                                    restore_dense, top_k, restarts, dense_options);
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     throw py::type_error(std::string(fn) + ": progress must be callable (layer, layers, name, step), or None");
 
@@ -1531,18 +1598,20 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
   const io::safetensors_checkpoint checkpoint = io::open_safetensors_checkpoint(model_dir);
   std::string model_type;
   const mm::model_kind kind = mm::kind_of_model(layouts, config_text, &model_type);
-  if (params.method == mc::method::moefy && kind == mm::model_kind::moe)
-    throw py::value_error(std::string(fn) + ": method moefy splits dense checkpoints, and '" + model_dir +
+  const bool splits_dense = mc::splits_dense(params.method);
+  if (splits_dense && kind == mm::model_kind::moe)
+    throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
+                          " splits dense checkpoints, and '" + model_dir +
                           "' is an MoE model (model_type '" + model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
-  if (params.method != mc::method::moefy && kind == mm::model_kind::dense)
+  if (!splits_dense && kind == mm::model_kind::dense)
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) + " compresses MoE checkpoints, and '" +
                           model_dir + "' is a dense model (model_type '" + model_type +
-                          "'): method moefy splits its FFNs into experts");
+                          "'): method moefy or sadmoe splits its FFNs into experts");
   std::optional<mm::moe_model> moe;
   std::optional<mm::dense_model> dense;
-  if (params.method == mc::method::moefy) {
+  if (splits_dense) {
     dense.emplace(named(fn, [&] { return mm::describe_dense_model(layouts, config_text, checkpoint, config_path); }));
-    params = resolved(fn, [&] { return mc::resolved_dense_params(params, *dense); });
+    params = resolved(fn, [&] { return mc::resolved_dense_params(params, *dense, !calibration_path.empty()); });
   } else {
     moe.emplace(named(fn, [&] { return mm::describe_moe_model(layouts, config_text, checkpoint, config_path); }));
     if (moe->layers.empty())
@@ -1716,8 +1785,9 @@ py::dict compress_layer(py::handle w1, py::handle w2, py::handle router, py::han
   const moecomp::io::safetensors_dtype dtype = storage_dtype(fn, storage);
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity, criterion,
                                                     seed, keep, format, values, max_iterations, false, 0, 10);
-  if (params.method == mc::method::moefy)
-    throw py::value_error(std::string(fn) + ": method moefy splits dense FFNs (compress_checkpoint does it); "
+  if (mc::splits_dense(params.method))
+    throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
+                          " splits dense FFNs (compress_checkpoint does it); "
                           "compress_layer takes hc-smoe, cka-merge, resmoe or prune");
   params = resolved(fn, [&] { return mc::resolved_params(params, m, xv.rows() > 0, dtype); });
   mc::storage_dtypes dtypes;
@@ -1958,7 +2028,10 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("linkage") = "average", py::arg("merge") = py::none(), py::arg("similarity") = "auto",
         py::arg("criterion") = "frequency", py::arg("seed") = 0, py::arg("keep") = 0.25, py::arg("format") = "auto",
         py::arg("values") = py::none(), py::arg("max_iterations") = 0, py::arg("restore_dense") = false,
-        py::arg("top_k") = 0, py::arg("restarts") = 10, py::arg("layouts") = py::none(),
+        py::arg("top_k") = 0, py::arg("restarts") = 10, py::arg("expert_size") = 0, py::arg("router_hidden") = 128,
+        py::arg("router_bias") = false, py::arg("router_objective") = "norm", py::arg("router_lr") = 1e-3,
+        py::arg("router_epochs") = 10, py::arg("router_steps") = 0, py::arg("router_batch_size") = 64,
+        py::arg("tau") = py::none(), py::arg("layouts") = py::none(),
         py::arg("progress") = py::none(), py::arg("threads") = 0,
         "A Hugging Face checkpoint compressed as `moecomp compress` compresses it (the same files): written into "
         "out_dir (replaced whole, through a staging directory beside it); returns compression_report.json as a "
