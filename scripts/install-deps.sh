@@ -10,6 +10,7 @@ packages=(
   xtensor-dev libdlpack-dev nlohmann-json3-dev # optional adaptors, exercised by the tests
   python3-numpy python3-scipy python3-sklearn python3-pot python3-fastcluster  # peers (used via /usr/bin/python3)
   python3-faiss                                # the k-means peer of bench/peers/kmeans_vs_sklearn_faiss.py
+  python3-matplotlib                           # the papers' plots (bench/papers/*.py)
   python3-torch                                # the routing peer (tests/peers/test_gate_torch.py), pruning, merging
   pybind11-dev                                 # the Python binding (python/)
   python3-pip python3-setuptools python3-wheel # pip install ./python, offline (docs/python.md, "Installing")
