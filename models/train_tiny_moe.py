@@ -3,6 +3,7 @@
 with --dense its dense twin in Mistral's layout (the model `moecomp compress --method moefy` splits).
 
     /usr/bin/python3 models/train_tiny_moe.py [--dense] [--out models/tiny-moe] [--steps 2000] [--threads 1]
+    /usr/bin/python3 models/train_tiny_moe.py --activation relu --hoyer 1e-3     # models/tiny-dense-hoyer
 
 CPU only, Debian's python3-torch, fixed seeds. The text is the licence collection of Debian's base-files
 package (/usr/share/common-licenses: 14 files, 264 KB, each licence text permitting verbatim copies), whose
@@ -14,6 +15,13 @@ T x d float32, on 1024 training bytes), heldout.bin (the held-out bytes) and tra
 the held-out perplexity of the saved bf16 weights). The dense model is the MoE model's twin: the same
 attention, sizes, data, schedule and seed, with one SwiGLU FFN of intermediate size 1024 per layer (as many
 neurons as four of the MoE's experts) in place of the MoE block.
+
+--activation relu makes the dense FFN ReLU-gated, relu(gate_proj x) * up_proj x (config hidden_act "relu"; the
+Mistral layout moecomp reads needs up_proj), and --hoyer ALPHA adds SADMoE's square Hoyer penalty on its hidden
+activations, (sum |h|)^2 / (sum h^2 + 1e-15) per token, averaged over tokens and summed over layers, weighted by
+ALPHA * step / (steps - 1). With a dense model train_log.json also records each layer's held-out fraction of
+exactly-zero hidden activations and square Hoyer. --calibration-tokens N writes N tokens of calibration (as
+make_calibration.py does).
 """
 import argparse
 import hashlib
