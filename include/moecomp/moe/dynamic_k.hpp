@@ -19,6 +19,7 @@
 // Deterministic at any thread count: the scores by the router's fixed tiles, each expert's forward in index
 // order, its outputs added to its tokens' rows in that order.
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/gating/router_training.hpp>
 #include <moecomp/gating/routing.hpp>
