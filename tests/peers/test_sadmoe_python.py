@@ -105,6 +105,35 @@ def main():
                     all(l["router"]["top1_agreement"] > 2 / 32 for l in report["layers"]),
                     f"{[round(l['router']['top1_agreement'], 3) for l in report['layers']]}")
 
+        # inspect reads the sadmoe record and checks the routers against it.
+        r = c.run("inspect", sad_out, "--json")
+        summary = json.loads(r.stdout) if r.returncode == 0 else {}
+        c.check("inspect: the sadmoe record", summary.get("sadmoe_experts") == 32 and
+                summary.get("sadmoe_router_hidden") == 128, r.stderr.strip() or f"{summary}")
+        import struct
+        shard = os.path.join(sad_out, "model-00001-of-00005.safetensors")
+        with open(shard, "rb") as f:
+            raw = f.read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + n])
+        name = "model.layers.0.mlp.sadmoe.router.w2"
+        if name in header:
+            header[name]["shape"] = [header[name]["shape"][1], header[name]["shape"][0]]
+            text = json.dumps(header, separators=(",", ":")).encode()
+            text += b" " * (n - len(text))  # the same header length: the data offsets stay valid
+            with open(shard, "wb") as f:
+                f.write(raw[:8] + text[:n] + raw[8 + n:])
+        r = c.run("inspect", sad_out)
+        lines = r.stderr.strip().splitlines()
+        c.check("inspect: a router tensor of the wrong shape exits 2 naming it", r.returncode == 2 and len(lines) == 1 and
+                name in lines[0] and "(32, 128)" in lines[0], r.stderr.strip())
+        c.expect_directory_error("fewer calibration tokens than one router batch",
+                                 ["compress", DENSE, "--method", "sadmoe", "--router-batch-size", "5000"],
+                                 "training tokens", "batch")
+        r = c.run("compress", "-o", c.path("default"), "--method", "sadmoe", "--router-epochs", "1", "--quiet", "--json")
+        model = json.loads(r.stdout.strip().splitlines()[-1])["model"] if r.returncode == 0 else r.stderr.strip()
+        c.check("compress --method sadmoe without MODEL_DIR splits the Hoyer-ReLU twin",
+                model.endswith("tiny-dense-hoyer"), model)
         c.expect_directory_error("tau above 1", ["compress", DENSE, "--method", "sadmoe", "--tau", "0.5,1.5"], "--tau")
         c.expect_directory_error("d_h = 0", ["compress", DENSE, "--method", "sadmoe", "--router-hidden", "0"],
                                  "--router-hidden")

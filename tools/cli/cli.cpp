@@ -156,6 +156,13 @@ bool plain_decimal(const std::string& text) {
   return text.find_first_not_of("+-0123456789.eE") == std::string::npos;
 }
 
+/// A bound as a person writes it: 0, 1, 0.5.
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 }  // namespace
 
 double arguments::number(const std::string& name, double fallback) const {
@@ -198,6 +205,25 @@ long long arguments::integer(const std::string& name, long long fallback, long l
   if (end != text.c_str() + text.size() || errno == ERANGE || x < least || x > most)
     throw usage_error("option " + name + ": expected " + range() + ", got '" + text + "'");
   return x;
+}
+
+std::vector<double> arguments::numbers(const std::string& name, double least, double most) const {
+  const std::string text = value_or(name, "");
+  std::vector<double> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const double x = plain_decimal(item) ? std::strtod(item.c_str(), &end) : 0.0;
+    if (end == nullptr || end != item.c_str() + item.size() || !std::isfinite(x) || x < least || x > most)
+      throw usage_error("option " + name + ": expected numbers in [" + number_text(least) + ", " + number_text(most) +
+                        "] separated by commas, got '" + text + "'");
+    out.push_back(x);
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
 }
 
 precision choose_precision(const arguments& args, moecomp::io::npy_dtype input_dtype, const std::string& input_name) {

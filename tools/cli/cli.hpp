@@ -62,6 +62,9 @@ class arguments {
   /// The integer option `name` in [least, most] (decimal digits, a '-' only where least < 0), else fallback;
   /// usage_error naming the option and the range otherwise. The one parser of integer options.
   long long integer(const std::string& name, long long fallback, long long least, long long most) const;
+  /// A comma-separated list of decimal numbers in [least, most] given to `name` (which must have been given),
+  /// as number() reads each; usage_error naming the option otherwise.
+  std::vector<double> numbers(const std::string& name, double least, double most) const;
   bool help() const { return help_; }
 
  private:

@@ -169,21 +169,8 @@ compress::compress_params params_from_options(const arguments& args, compress::m
   p.router.steps = args.integer("--router-steps", 0, 1, most);
   p.router.batch_size = args.integer("--router-batch-size", p.router.batch_size, 1, most);
   p.router.seed = p.seed;
-  if (const auto taus = args.value("--tau")) {  // a comma-separated list: the report's thresholds, the first for config
-    p.taus.clear();
-    std::string rest = *taus;
-    for (;;) {
-      const std::size_t comma = rest.find(',');
-      const std::string item = rest.substr(0, comma);
-      char* end = nullptr;
-      const double v = item.empty() || item.find_first_not_of("0123456789.eE-") != std::string::npos
-                           ? -1.0 : std::strtod(item.c_str(), &end);
-      if (end == nullptr || *end != '\0' || !(v >= 0 && v <= 1))
-        throw usage_error("option --tau: expected thresholds in [0, 1] separated by commas, got '" + *taus + "'");
-      p.taus.push_back(v);
-      if (comma == std::string::npos) break;
-      rest = rest.substr(comma + 1);
-    }
+  if (args.value("--tau")) {  // the report's thresholds; the first goes to config.json
+    p.taus = args.numbers("--tau", 0.0, 1.0);
     p.tau = p.taus.front();
   }
   if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
@@ -335,7 +322,8 @@ int compress_command(const arguments& args, output_files& outputs) {
                       "(dense)");
   const compress::method how = parse_option(args, "--method", compress::parse_method);
   const std::string model_dir = args.positional().empty()
-                                    ? default_model_dir(compress::splits_dense(how) ? "tiny-dense" : "tiny-moe")
+                                    ? default_model_dir(how == compress::method::sadmoe ? "tiny-dense-hoyer"
+                                                      : how == compress::method::moefy ? "tiny-dense" : "tiny-moe")
                                     : args.positional()[0];
   if (!args.value("-o")) throw usage_error("option -o: required: the output directory OUT_DIR");
   if (args.positional().empty()) outputs.add_input(model_dir, "embedded model '" + model_dir + "'");

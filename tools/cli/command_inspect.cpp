@@ -3,6 +3,7 @@
 // experts, top-k, routing, the MoE layers); --tensor writes one tensor as .npy (float32, or --dtype float64).
 #include "cli.hpp"
 
+#include <moecomp/compress/compress.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout.hpp>
 
@@ -69,10 +70,14 @@ int inspect(const arguments& args, output_files& outputs) {
   const fs::path config = directory / "config.json";
   std::optional<model::moe_model> described;
   std::optional<model::dense_model> dense;  // a dense family's checkpoint (what compress --method moefy splits)
+  std::optional<compress::sadmoe_description> sadmoe;
   if (fs::exists(config, ec)) {
     const std::string config_text = model::read_text_file(config.string());
-    if (model::kind_of_model(layouts, config_text) == model::model_kind::dense)
+    if (model::kind_of_model(layouts, config_text) == model::model_kind::dense) {
       dense = model::describe_dense_model(layouts, config_text, checkpoint, config.string());
+      // A SADMoE checkpoint (compress --method sadmoe): its routers must fit the record and the model.
+      if (config_text.find("\"moecomp_sadmoe\"") != std::string::npos) sadmoe = compress::describe_sadmoe(config_text, checkpoint, *dense);
+    }
     else
       described = model::describe_moe_model(layouts, config_text, checkpoint, config.string());
   }
@@ -135,6 +140,11 @@ int inspect(const arguments& args, output_files& outputs) {
         .add("ffn_size", static_cast<long long>(dense->ffn_size))
         .add("gated", dense->gated)
         .add("activation", std::string(moe::to_string(dense->activation)));
+    if (sadmoe)
+      summary.add("sadmoe_experts", static_cast<long long>(sadmoe->experts))
+          .add("sadmoe_router_hidden", static_cast<long long>(sadmoe->router_hidden))
+          .add("sadmoe_objective", std::string(gating::to_string(sadmoe->objective)))
+          .add("sadmoe_tau", sadmoe->tau);
   }
   if (tensor_name) summary.add("tensor", *tensor_name);
   summary.add("seconds", seconds);
@@ -156,6 +166,10 @@ int inspect(const arguments& args, output_files& outputs) {
                 << " layers with an FFN of " << dense->ffn_size << " neurons, d " << dense->hidden_size << ", "
                 << (dense->gated ? "gated " : "") << moe::to_string(dense->activation)
                 << " (compress --method moefy splits each FFN into experts)\n";
+      if (sadmoe)
+        std::cout << "sadmoe: " << sadmoe->experts << " experts of " << sadmoe->expert_size << " neurons per FFN, routers of d_h "
+                  << sadmoe->router_hidden << (sadmoe->router_bias ? " with biases" : "") << " ("
+                  << gating::to_string(sadmoe->objective) << "), tau " << sadmoe->tau << "\n";
     } else {
       std::cout << "model: no config.json beside the checkpoint, so no layout is resolved\n";
     }

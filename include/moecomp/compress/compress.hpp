@@ -44,6 +44,7 @@
 #include <moecomp/compress/detail/compress_params.hpp>
 #include <moecomp/compress/detail/moefy.hpp>
 #include <moecomp/compress/detail/report_json.hpp>
+#include <moecomp/compress/detail/sadmoe_format.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -209,6 +210,15 @@ inline checkpoint_report compress_dense_checkpoint(const host_context& ctx, cons
   for (const model::dense_layer_names& n : m.layers)
     for (const std::string& name : n.tensor_names()) detail::require_float_dtype(checkpoint.info(name).dtype, name);
   return detail::compress_dense_checkpoint_host(ctx, params, checkpoint, m, config_text, calibration, writer, observer);
+}
+
+/// A checkpoint that compress --method sadmoe wrote, read back: config.json's `moecomp_sadmoe` record (experts,
+/// expert size, the router's d_h, biases, objective, tau) and every FFN's router tensors checked against the dense
+/// model `m` (`PREFIX.sadmoe.router.w1` d_h x H, `.w2` E x d_h, and `.b1`, `.b2` with biases). io_error naming the
+/// field or the tensor, its expected and its actual shape otherwise.
+inline sadmoe_description describe_sadmoe(const std::string& config_text, const io::safetensors_checkpoint& checkpoint,
+                                          const model::dense_model& m) {
+  return detail::describe_sadmoe_host(config_text, checkpoint, m);
 }
 
 /// The report as `compression_report.json` holds it (and `moecomp compress --json` prints it): moecomp's version,
