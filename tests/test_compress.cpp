@@ -323,7 +323,8 @@ std::string io_error_message(F&& f) {
 
 /// hc-smoe of the paired planted model (the groups are the twins: id map 0 0 1 1 2 2 3 3) written with `storage`
 /// into `out`, with its config.json.
-compress::checkpoint_report write_hc_smoe(const opened& o, compress::expert_storage storage, const temp_dir& out) {
+template <class Opened>  // opened, or fused_opened below
+compress::checkpoint_report write_hc_smoe(const Opened& o, compress::expert_storage storage, const temp_dir& out) {
   compress::compress_params p;
   p.method = compress::method::hc_smoe;
   p.experts = 4;
@@ -340,6 +341,50 @@ compress::checkpoint_report write_hc_smoe(const opened& o, compress::expert_stor
   moecomp_test::write_file(out.file("config.json"), r.config_json);
   return r;
 }
+
+/// The paired planted model in the fused layout (mixtral-fused: `model.layers.{l}.mlp.experts.gate_up_proj`
+/// E x 2I x H, gate rows first, and `experts.down_proj` E x H x I), written and opened.
+struct fused_opened {
+  temp_dir dir;
+  std::string config;
+  io::safetensors_checkpoint checkpoint;
+  model::moe_model m;
+  io::safetensors_file calibration;
+
+  static std::string write(const temp_dir& dir) {
+    planted_model planted(/*pairs=*/true, false);
+    planted.write(dir);  // the calibration tokens and config.json; model.safetensors is replaced below
+    std::map<std::string, std::vector<float>> t;
+    std::map<std::string, std::vector<index_t>> shapes;
+    for (index_t l = 0; l < layers; ++l) {
+      const std::string in = prefix(l), out = "model.layers." + std::to_string(l) + ".mlp.";
+      t[out + "gate.weight"] = planted.tensors.at(in + "gate.weight");
+      shapes[out + "gate.weight"] = {E, H};
+      std::vector<float>& gate_up = t[out + "experts.gate_up_proj"];
+      std::vector<float>& down = t[out + "experts.down_proj"];
+      for (index_t e = 0; e < E; ++e) {
+        const std::string p = in + "experts." + std::to_string(e) + ".";
+        for (const char* w : {"w1.weight", "w3.weight"})
+          gate_up.insert(gate_up.end(), planted.tensors.at(p + w).begin(), planted.tensors.at(p + w).end());
+        down.insert(down.end(), planted.tensors.at(p + "w2.weight").begin(), planted.tensors.at(p + "w2.weight").end());
+      }
+      shapes[out + "experts.gate_up_proj"] = {E, 2 * I, H};
+      shapes[out + "experts.down_proj"] = {E, H, I};
+    }
+    t["model.embed_tokens.weight"] = planted.tensors.at("model.embed_tokens.weight");
+    shapes["model.embed_tokens.weight"] = {4, H};
+    std::vector<io::safetensors_entry> entries;
+    for (const auto& [name, v] : t) entries.push_back({name, io::safetensors_dtype::f32, shapes.at(name), v.data()});
+    io::write_safetensors(dir.file("model.safetensors"), entries, {{"format", "pt"}});
+    return moecomp_test::read_file(dir.file("config.json"));
+  }
+  fused_opened()
+      : dir("compress_storage_fused"),
+        config(write(dir)),
+        checkpoint(io::open_safetensors_checkpoint(dir.path.string())),
+        m(model::describe_moe_model(repository_layouts(), config, checkpoint)),
+        calibration(io::read_safetensors(dir.file("calibration.safetensors"))) {}
+};
 
 }  // namespace
 
@@ -457,5 +502,37 @@ TEST_CASE("expert storage: the option's values, its methods, and malformed id ma
     CHECK(io_error_message([&] { model::load_moe_layer<float>(c, m, 0); }) ==
           "load_expert_map: tensor 'model.layers.0.block_sparse_moe.gate.expert_map' entry 7 is 9; the layer stores "
           "experts 0 to 7");
+  }
+}
+
+TEST_CASE("expert storage: a fused layout's distinct stacks (S x 2I x H, S x H x I) load as the duplicated ones") {
+  const fused_opened o;
+  REQUIRE(o.m.family == "mixtral-fused");
+  temp_dir distinct_dir("compress_fused_distinct"), duplicated_dir("compress_fused_duplicated");
+  const compress::checkpoint_report d = write_hc_smoe(o, compress::expert_storage::distinct, distinct_dir);
+  const compress::checkpoint_report u = write_hc_smoe(o, compress::expert_storage::duplicated, duplicated_dir);
+  REQUIRE(d.ok());
+  REQUIRE(u.ok());
+  const io::safetensors_checkpoint dc = io::open_safetensors_checkpoint(distinct_dir.path.string());
+  const io::safetensors_checkpoint uc = io::open_safetensors_checkpoint(duplicated_dir.path.string());
+  CHECK(dc.info("model.layers.0.mlp.experts.gate_up_proj").shape == std::vector<index_t>{4, 2 * I, H});
+  CHECK(dc.info("model.layers.0.mlp.experts.down_proj").shape == std::vector<index_t>{4, H, I});
+  CHECK(uc.info("model.layers.0.mlp.experts.down_proj").shape == std::vector<index_t>{E, H, I});
+  CHECK(d.layers[0].bytes_written == E * H * 4.0 + 4 * 3.0 * I * H * 4 + 64);
+  const model::moe_model dm = model::describe_moe_model(repository_layouts(), d.config_json, dc);
+  const model::moe_model um = model::describe_moe_model(repository_layouts(), u.config_json, uc);
+  for (index_t l = 0; l < layers; ++l) {
+    CHECK(dm.layers[static_cast<std::size_t>(l)].stored_experts == 4);
+    CHECK(dm.layers[static_cast<std::size_t>(l)].expert_map == "model.layers." + std::to_string(l) + ".mlp.gate.expert_map");
+    CHECK(model::load_expert_map(dc, dm, l) == std::vector<std::int64_t>{0, 0, 1, 1, 2, 2, 3, 3});
+    const model::moe_layer_weights<float> a = model::load_moe_layer<float>(dc, dm, l);
+    const model::moe_layer_weights<float> b = model::load_moe_layer<float>(uc, um, l);
+    const model::moe_layer_weights<float> original = model::load_moe_layer<float>(o.checkpoint, o.m, l);
+    CHECK(a.w1 == b.w1);
+    CHECK(a.w3 == b.w3);
+    CHECK(a.w2 == b.w2);
+    CHECK(a.w1 == original.w1);  // the twins merge to themselves
+    CHECK(a.w3 == original.w3);
+    CHECK(a.w2 == original.w2);
   }
 }
