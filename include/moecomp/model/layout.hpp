@@ -721,7 +721,10 @@ inline std::vector<std::int64_t> load_expert_map(const io::safetensors_checkpoin
                   model.layers.size(), "), got ", index);
   const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
   if (!n.distinct_storage()) return {};
-  const io::safetensors_tensor t = checkpoint.tensor(n.expert_map);  // I64 of E entries (describe_moe_model)
+  const io::safetensors_tensor t = checkpoint.tensor(n.expert_map);
+  if (t.dtype() != io::safetensors_dtype::i64 || t.size() != model.num_experts)  // describe_moe_model checked it
+    MOECOMP_FAIL(error_kind::io_error, "load_expert_map: tensor '", n.expert_map, "' must be I64 of ", model.num_experts,
+                 " entries, got ", io::to_string(t.dtype()), " of ", t.size());
   std::vector<std::int64_t> map(static_cast<std::size_t>(t.size()));
   for (std::size_t r = 0; r < map.size(); ++r)
     map[r] = static_cast<std::int64_t>(moecomp::detail::load_le<std::uint64_t>(t.data() + 8 * r));
@@ -738,7 +741,9 @@ inline std::vector<std::int64_t> load_expert_map(const io::safetensors_checkpoin
 /// stacks, router and its biases, shared expert) must be finite as the file stores it: a NaN or an infinity
 /// is an io_error naming the tensor and the element, checked before anything is converted
 /// ("load_moe_layer: tensor '...experts.3.w1.weight' element (5, 7) is nan; the weights moecomp loads must be
-/// finite"). A finite value beyond W's range (above 65504 for half) still rounds to infinity.
+/// finite"). A finite value beyond W's range (above 65504 for half) still rounds to infinity. A layer stored
+/// distinct (moe_layer_names::distinct_storage) is expanded through its id map (load_expert_map): router id e
+/// gets stored expert map[e], so the stacks hold E experts as in the duplicated form.
 template <class W>
 moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
   static_assert(moecomp::detail::is_weight_type_v<W>, "load_moe_layer: W must be float, double, bfloat16 or half");
