@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Held-out perplexity of the embedded models, original or compressed: any checkpoint of tiny-moe in its
-Mixtral layout (merged or pruned experts, a reduced num_local_experts, ResMoE restored dense), and tiny-dense
+Mixtral layout (merged or pruned experts, a reduced num_local_experts, ResMoE restored dense, hc-smoe's experts
+stored distinct with an id map per layer, expanded on load), and tiny-dense
 (or tiny-dense-hoyer) in its Mistral layout, as trained, split into experts by `moecomp compress --method
 moefy`, or split and given SADMoE's trained routers.
 
@@ -156,6 +157,25 @@ def check_sadmoe(weights, config):
                 raise BadInput(f"tensor '{prefix}.moefy.permutation' is not a permutation of 0 .. {I - 1}")
 
 
+def expand_expert_maps(weights):
+    """moecomp's distinct expert storage (`moecomp compress --expert-storage distinct`, models/README.md) expanded
+    in place to one expert per router id: a layer's `...gate.expert_map` (router id r -> stored expert m[r]) makes
+    expert r's tensors a reference to stored expert m[r]'s, and is dropped. BadInput for a map entry that names no
+    stored expert. The model code then reads the same tensors as from the duplicated form."""
+    for key in [k for k in weights if k.endswith(".gate.expert_map")]:
+        prefix = key[:-len("gate.expert_map")] + "experts."
+        ids = [int(v) for v in weights.pop(key).reshape(-1).tolist()]
+        stored = {}
+        for s in sorted(set(ids)):
+            names = [n for n in weights if n.startswith(f"{prefix}{s}.")]
+            if not names:
+                raise BadInput(f"tensor '{key}' maps a router id to expert {s}, which the checkpoint does not store")
+            stored[s] = {n[len(f"{prefix}{s}."):]: weights[n] for n in names}
+        for r, s in enumerate(ids):
+            for piece, t in stored[s].items():
+                weights[f"{prefix}{r}.{piece}"] = t
+
+
 def flops_ratio(config, num_experts, mean_experts, router_cost):
     """(k C_E + C_R) / C_FFN for a gated FFN: C_FFN = 3 d I, C_E = C_FFN / n (the module docstring)."""
     c_ffn = 3 * config["hidden_size"] * config["intermediate_size"]
@@ -182,6 +202,10 @@ def evaluate(model_dir, a, taus, top_ks):
         weights, config = tiny_moe.load(model_dir)
     except (OSError, ValueError, KeyError) as e:
         raise BadInput(f"{model_dir}: cannot read the checkpoint: {e}")
+    try:
+        expand_expert_maps(weights)
+    except BadInput as e:
+        raise BadInput(f"{model_dir}: {e}")
     dense = "num_local_experts" not in config
     if dense and config.get("hidden_act", "silu") not in tiny_moe.ACTIVATIONS:
         raise BadInput(f"{model_dir}: hidden_act {json.dumps(config['hidden_act'])} is not one of "

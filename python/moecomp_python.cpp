@@ -1184,6 +1184,7 @@ struct dense_keywords {
   index_t router_steps = 0;
   index_t router_batch_size = 64;
   py::object tau = py::none();  // a threshold or a sequence of them
+  std::string expert_storage = "distinct";  // hc-smoe's expert storage (issue 34); kept here to leave the signature be
 };
 
 /// compress_params from the keywords, "auto" where they are left at their defaults. A keyword that another method
@@ -1225,6 +1226,7 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
       {"router_steps", dense.router_steps != 0, {m::sadmoe}, "sadmoe only"},
       {"router_batch_size", dense.router_batch_size != 64, {m::sadmoe}, "sadmoe only"},
       {"tau", !dense.tau.is_none(), {m::sadmoe}, "sadmoe only"},
+      {"expert_storage", dense.expert_storage != "distinct", {m::hc_smoe}, "hc-smoe only"},  // issue 34
   };
   for (const auto& r : rules)
     if (r.given && std::find(r.methods.begin(), r.methods.end(), p.method) == r.methods.end())
@@ -1262,6 +1264,7 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
   p.router.steps = dense.router_steps;
   p.router.batch_size = dense.router_batch_size;
   p.router.seed = p.seed;
+  p.expert_storage = named(fn, [&] { return mc::parse_expert_storage(dense.expert_storage); });  // issue 34
   if (!dense.tau.is_none()) {  // one threshold or several: the report measures each, config.json gets the first
     p.taus.clear();
     if (PyNumber_Check(dense.tau.ptr()) != 0) {
@@ -1497,7 +1500,7 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
                                index_t expert_size, index_t router_hidden, bool router_bias,
                                const std::string& router_objective, double router_lr, index_t router_epochs,
                                index_t router_steps, index_t router_batch_size, py::object tau, py::handle layouts_arg,
-                               py::handle progress, int threads) {
+                               py::handle progress, int threads, const std::string& expert_storage) {
   constexpr const char* fn = "compress_checkpoint";
   namespace io = moecomp::io;
   namespace mm = moecomp::model;
@@ -1514,6 +1517,7 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
   dense_options.router_steps = router_steps;
   dense_options.router_batch_size = router_batch_size;
   dense_options.tau = std::move(tau);
+  dense_options.expert_storage = expert_storage;
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity,
                                                     criterion, seed, keep, format, values, max_iterations,
                                                     restore_dense, top_k, restarts, dense_options);
@@ -2032,7 +2036,7 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("router_bias") = false, py::arg("router_objective") = "norm", py::arg("router_lr") = 1e-3,
         py::arg("router_epochs") = 10, py::arg("router_steps") = 0, py::arg("router_batch_size") = 64,
         py::arg("tau") = py::none(), py::arg("layouts") = py::none(),
-        py::arg("progress") = py::none(), py::arg("threads") = 0,
+        py::arg("progress") = py::none(), py::arg("threads") = 0, py::arg("expert_storage") = "distinct",
         "A Hugging Face checkpoint compressed as `moecomp compress` compresses it (the same files): written into "
         "out_dir (replaced whole, through a staging directory beside it); returns compression_report.json as a "
         "dict. progress: a callable(layer, layers, name, step).");

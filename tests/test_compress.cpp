@@ -304,3 +304,235 @@ TEST_CASE("compress_checkpoint: a cancelled run and a non-finite output error le
     CHECK(out.entries().empty());
   }
 }
+
+// ------------------------------------------------------------------------------- expert storage (issue 34)
+
+namespace {
+
+/// The message of the io_error `f` throws ("" and a failed check when it throws none).
+template <class F>
+std::string io_error_message(F&& f) {
+  try {
+    f();
+  } catch (const moecomp::io_error& e) {
+    return e.what();
+  }
+  FAIL_CHECK("expected moecomp::io_error");
+  return "";
+}
+
+/// hc-smoe of the paired planted model (the groups are the twins: id map 0 0 1 1 2 2 3 3) written with `storage`
+/// into `out`, with its config.json.
+template <class Opened>  // opened, or fused_opened below
+compress::checkpoint_report write_hc_smoe(const Opened& o, compress::expert_storage storage, const temp_dir& out) {
+  compress::compress_params p;
+  p.method = compress::method::hc_smoe;
+  p.experts = 4;
+  p.features = compress::expert_features::weights;
+  p.merge = moecomp::merge::merge_method::average;
+  p.expert_storage = storage;
+  p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+  compress::checkpoint_report r;
+  {
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    r = compress::compress_checkpoint(moecomp::host_context(1), p, o.checkpoint, o.m,
+                                      compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+  }
+  moecomp_test::write_file(out.file("config.json"), r.config_json);
+  return r;
+}
+
+/// The paired planted model in the fused layout (mixtral-fused: `model.layers.{l}.mlp.experts.gate_up_proj`
+/// E x 2I x H, gate rows first, and `experts.down_proj` E x H x I), written and opened.
+struct fused_opened {
+  temp_dir dir;
+  std::string config;
+  io::safetensors_checkpoint checkpoint;
+  model::moe_model m;
+  io::safetensors_file calibration;
+
+  static std::string write(const temp_dir& dir) {
+    planted_model planted(/*pairs=*/true, false);
+    planted.write(dir);  // the calibration tokens and config.json; model.safetensors is replaced below
+    std::map<std::string, std::vector<float>> t;
+    std::map<std::string, std::vector<index_t>> shapes;
+    for (index_t l = 0; l < layers; ++l) {
+      const std::string in = prefix(l), out = "model.layers." + std::to_string(l) + ".mlp.";
+      t[out + "gate.weight"] = planted.tensors.at(in + "gate.weight");
+      shapes[out + "gate.weight"] = {E, H};
+      std::vector<float>& gate_up = t[out + "experts.gate_up_proj"];
+      std::vector<float>& down = t[out + "experts.down_proj"];
+      for (index_t e = 0; e < E; ++e) {
+        const std::string p = in + "experts." + std::to_string(e) + ".";
+        for (const char* w : {"w1.weight", "w3.weight"})
+          gate_up.insert(gate_up.end(), planted.tensors.at(p + w).begin(), planted.tensors.at(p + w).end());
+        down.insert(down.end(), planted.tensors.at(p + "w2.weight").begin(), planted.tensors.at(p + "w2.weight").end());
+      }
+      shapes[out + "experts.gate_up_proj"] = {E, 2 * I, H};
+      shapes[out + "experts.down_proj"] = {E, H, I};
+    }
+    t["model.embed_tokens.weight"] = planted.tensors.at("model.embed_tokens.weight");
+    shapes["model.embed_tokens.weight"] = {4, H};
+    std::vector<io::safetensors_entry> entries;
+    for (const auto& [name, v] : t) entries.push_back({name, io::safetensors_dtype::f32, shapes.at(name), v.data()});
+    io::write_safetensors(dir.file("model.safetensors"), entries, {{"format", "pt"}});
+    return moecomp_test::read_file(dir.file("config.json"));
+  }
+  fused_opened()
+      : dir("compress_storage_fused"),
+        config(write(dir)),
+        checkpoint(io::open_safetensors_checkpoint(dir.path.string())),
+        m(model::describe_moe_model(repository_layouts(), config, checkpoint)),
+        calibration(io::read_safetensors(dir.file("calibration.safetensors"))) {}
+};
+
+}  // namespace
+
+TEST_CASE("compress_checkpoint: hc-smoe's experts stored distinct or duplicated, loaded back the same") {
+  const opened o(planted_model(/*pairs=*/true, false), "compress_storage");
+  temp_dir distinct_dir("compress_storage_distinct"), duplicated_dir("compress_storage_duplicated");
+  const compress::checkpoint_report d = write_hc_smoe(o, compress::expert_storage::distinct, distinct_dir);
+  const compress::checkpoint_report u = write_hc_smoe(o, compress::expert_storage::duplicated, duplicated_dir);
+  REQUIRE(d.ok());
+  REQUIRE(u.ok());
+  CHECK(compress::compress_params{}.expert_storage == compress::expert_storage::distinct);  // the default
+  const std::vector<std::int64_t> map{0, 0, 1, 1, 2, 2, 3, 3};
+  const double router = E * H * 4.0, expert = 3.0 * I * H * 4.0;  // float32 bytes
+  for (std::size_t l = 0; l < layers; ++l) {
+    CHECK(d.layers[l].id_map == map);
+    CHECK(d.layers[l].stored_experts == 4);
+    CHECK(u.layers[l].stored_experts == 8);
+    CHECK(d.layers[l].expert_map_tensor == prefix(static_cast<index_t>(l)) + "gate.expert_map");
+    CHECK(u.layers[l].expert_map_tensor.empty());
+    // On disk: the router, the 4 distinct experts and the I64 map; or the router and 8 slots.
+    CHECK(d.layers[l].bytes_written == router + 4 * expert + 8 * 8.0);
+    CHECK(u.layers[l].bytes_written == router + 8 * expert);
+    CHECK(d.layers[l].bytes_after == router + 4 * expert);  // the distinct experts' bytes, as before
+    CHECK(u.layers[l].bytes_after == d.layers[l].bytes_after);
+    CHECK(d.layers[l].output_relative_error == u.layers[l].output_relative_error);
+  }
+  CHECK(d.bytes_written == layers * (router + 4 * expert + 64.0));
+  CHECK(u.bytes_written == layers * (router + 8 * expert));
+  CHECK(d.expert_storage == "distinct");
+  CHECK(u.expert_storage == "duplicated");
+  CHECK(d.config_json.find("\"num_local_experts\": 8") != std::string::npos);  // router ids
+  CHECK(d.config_json.find("\"expert_storage\": \"distinct\"") != std::string::npos);
+  CHECK(u.config_json.find("\"expert_storage\": \"duplicated\"") != std::string::npos);
+  const auto json = compress::report_json(d, "planted", "c.safetensors", 0.0, 0.0);
+  CHECK(json["expert_storage"] == "distinct");
+  CHECK(json["options"]["expert_storage"] == "distinct");
+  CHECK(json["totals"]["bytes_written"] == d.bytes_written);
+  CHECK(json["layers"][0]["stored_experts"] == 4);
+  CHECK(json["layers"][0]["expert_map_tensor"] == prefix(0) + "gate.expert_map");
+
+  // Read back: the distinct form names experts 0..3 and the map; the loader expands it to the duplicated stacks.
+  const io::safetensors_checkpoint dc = io::open_safetensors_checkpoint(distinct_dir.path.string());
+  const io::safetensors_checkpoint uc = io::open_safetensors_checkpoint(duplicated_dir.path.string());
+  CHECK(dc.names().size() == 1 + layers * (1 + 1 + 4 * 3));
+  CHECK(uc.names().size() == 1 + layers * (1 + 8 * 3));
+  CHECK(dc.info(prefix(0) + "gate.expert_map").dtype == io::safetensors_dtype::i64);
+  CHECK(!dc.contains(prefix(0) + "experts.4.w1.weight"));
+  const model::moe_model dm = model::describe_moe_model(repository_layouts(), d.config_json, dc);
+  const model::moe_model um = model::describe_moe_model(repository_layouts(), u.config_json, uc);
+  CHECK(dm.num_experts == 8);
+  for (index_t l = 0; l < layers; ++l) {
+    const model::moe_layer_names& n = dm.layers[static_cast<std::size_t>(l)];
+    CHECK(n.distinct_storage());
+    CHECK(n.stored_experts == 4);
+    CHECK(n.expert_map == model::expert_map_name(n));
+    CHECK(n.gate.size() == 4);
+    CHECK(!um.layers[static_cast<std::size_t>(l)].distinct_storage());
+    CHECK(model::load_expert_map(dc, dm, l) == map);
+    CHECK(model::load_expert_map(uc, um, l).empty());
+    const model::moe_layer_weights<float> a = model::load_moe_layer<float>(dc, dm, l);
+    const model::moe_layer_weights<float> b = model::load_moe_layer<float>(uc, um, l);
+    CHECK(a.experts == 8);
+    CHECK(a.w1 == b.w1);
+    CHECK(a.w3 == b.w3);
+    CHECK(a.w2 == b.w2);
+    // The twins merge to themselves: router id e holds the planted expert 2 (e / 2).
+    const model::moe_layer_weights<float> original = model::load_moe_layer<float>(o.checkpoint, o.m, l);
+    CHECK(a.w1 == original.w1);
+    CHECK(a.w2 == original.w2);
+  }
+  // compress reads one expert per router id: a distinct checkpoint is refused, by name.
+  CHECK(thrown_message([&] { compress::resolved_params(compress::compress_params{}, dm, true, io::safetensors_dtype::f32); })
+            .find("stores its experts distinct (tensor 'model.layers.0.block_sparse_moe.gate.expert_map'") !=
+        std::string::npos);
+}
+
+TEST_CASE("expert storage: the option's values, its methods, and malformed id maps") {
+  CHECK(compress::parse_expert_storage("distinct") == compress::expert_storage::distinct);
+  CHECK(compress::parse_expert_storage("duplicated") == compress::expert_storage::duplicated);
+  CHECK(std::string(compress::to_string(compress::expert_storage::duplicated)) == "duplicated");
+  CHECK(thrown_message([] { compress::parse_expert_storage("shared"); }) ==
+        "expert_storage: expected distinct or duplicated, got 'shared'");
+  const opened o(planted_model(false, false), "compress_storage_rules");
+  for (compress::method how : {compress::method::prune, compress::method::cka_merge, compress::method::resmoe}) {
+    compress::compress_params p;
+    p.method = how;
+    p.expert_storage = compress::expert_storage::duplicated;
+    CHECK(thrown_message([&] { compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32); })
+              .find("params.expert_storage duplicated is for hc-smoe") != std::string::npos);
+  }
+  // A planted checkpoint given an id map: an entry beyond the stored experts, a map of the wrong dtype.
+  planted_model planted(false, false);
+  for (const bool wrong_dtype : {false, true}) {
+    temp_dir dir(wrong_dtype ? "compress_map_dtype" : "compress_map_range");
+    planted.write(dir);
+    std::vector<io::safetensors_entry> entries;
+    for (const auto& [name, v] : planted.tensors)
+      entries.push_back({name, io::safetensors_dtype::f32, planted.shapes.at(name), v.data()});
+    const std::vector<std::int64_t> bad_map{0, 1, 2, 3, 4, 5, 6, 9};
+    const std::vector<std::int32_t> small_map{0, 1, 2, 3, 4, 5, 6, 7};
+    for (index_t l = 0; l < layers; ++l)
+      entries.push_back({prefix(l) + "gate.expert_map", wrong_dtype ? io::safetensors_dtype::i32 : io::safetensors_dtype::i64,
+                         {E}, wrong_dtype ? static_cast<const void*>(small_map.data()) : bad_map.data()});
+    io::write_safetensors(dir.file("model.safetensors"), entries, {{"format", "pt"}});
+    const std::string config = moecomp_test::read_file(dir.file("config.json"));
+    const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+    if (wrong_dtype) {
+      CHECK(io_error_message([&] { model::describe_moe_model(repository_layouts(), config, c); })
+                .find("tensor 'model.layers.0.block_sparse_moe.gate.expert_map' (the layer's expert id map) must be I64 "
+                      "of shape [8] (one stored expert per router id), got I32 of shape [8]") != std::string::npos);
+      continue;
+    }
+    const model::moe_model m = model::describe_moe_model(repository_layouts(), config, c);
+    CHECK(m.layers[0].stored_experts == 8);
+    CHECK(io_error_message([&] { model::load_moe_layer<float>(c, m, 0); }) ==
+          "load_expert_map: tensor 'model.layers.0.block_sparse_moe.gate.expert_map' entry 7 is 9; the layer stores "
+          "experts 0 to 7");
+  }
+}
+
+TEST_CASE("expert storage: a fused layout's distinct stacks (S x 2I x H, S x H x I) load as the duplicated ones") {
+  const fused_opened o;
+  REQUIRE(o.m.family == "mixtral-fused");
+  temp_dir distinct_dir("compress_fused_distinct"), duplicated_dir("compress_fused_duplicated");
+  const compress::checkpoint_report d = write_hc_smoe(o, compress::expert_storage::distinct, distinct_dir);
+  const compress::checkpoint_report u = write_hc_smoe(o, compress::expert_storage::duplicated, duplicated_dir);
+  REQUIRE(d.ok());
+  REQUIRE(u.ok());
+  const io::safetensors_checkpoint dc = io::open_safetensors_checkpoint(distinct_dir.path.string());
+  const io::safetensors_checkpoint uc = io::open_safetensors_checkpoint(duplicated_dir.path.string());
+  CHECK(dc.info("model.layers.0.mlp.experts.gate_up_proj").shape == std::vector<index_t>{4, 2 * I, H});
+  CHECK(dc.info("model.layers.0.mlp.experts.down_proj").shape == std::vector<index_t>{4, H, I});
+  CHECK(uc.info("model.layers.0.mlp.experts.down_proj").shape == std::vector<index_t>{E, H, I});
+  CHECK(d.layers[0].bytes_written == E * H * 4.0 + 4 * 3.0 * I * H * 4 + 64);
+  const model::moe_model dm = model::describe_moe_model(repository_layouts(), d.config_json, dc);
+  const model::moe_model um = model::describe_moe_model(repository_layouts(), u.config_json, uc);
+  for (index_t l = 0; l < layers; ++l) {
+    CHECK(dm.layers[static_cast<std::size_t>(l)].stored_experts == 4);
+    CHECK(dm.layers[static_cast<std::size_t>(l)].expert_map == "model.layers." + std::to_string(l) + ".mlp.gate.expert_map");
+    CHECK(model::load_expert_map(dc, dm, l) == std::vector<std::int64_t>{0, 0, 1, 1, 2, 2, 3, 3});
+    const model::moe_layer_weights<float> a = model::load_moe_layer<float>(dc, dm, l);
+    const model::moe_layer_weights<float> b = model::load_moe_layer<float>(uc, um, l);
+    const model::moe_layer_weights<float> original = model::load_moe_layer<float>(o.checkpoint, o.m, l);
+    CHECK(a.w1 == b.w1);
+    CHECK(a.w3 == b.w3);
+    CHECK(a.w2 == b.w2);
+    CHECK(a.w1 == original.w1);  // the twins merge to themselves
+    CHECK(a.w3 == original.w3);
+    CHECK(a.w2 == original.w2);
+  }
+}

@@ -613,12 +613,19 @@ def test_compress_layer():
                 ok = ok and part["permutations"].astype("<i4").tobytes() == raw[prefix + "resmoe.permutations"]
                 ok = ok and all(part["residuals"][e][w] == raw[f"{prefix}resmoe.experts.{e}.{w}.residual"]
                                 for e in range(8) for w in ("w1", "w3", "w2"))
+            elif method == "hc-smoe":  # distinct storage (the default): stack expert k as expert k, the id map
+                S = r["w1"].shape[0]
+                ok = ok and all(bf16_bytes(r[w][k]) == raw[f"{prefix}experts.{k}.{w}.weight"]
+                                for k in range(S) for w in ("w1", "w3", "w2"))
+                ok = ok and np.asarray(r["slots"]).astype("<i8").tobytes() == raw[prefix + "gate.expert_map"]
+                ok = ok and f"{prefix}experts.{S}.w1.weight" not in raw
             else:
                 ok = ok and all(bf16_bytes(r[w][r["slots"][k]]) == raw[f"{prefix}experts.{k}.{w}.weight"]
                                 for k in range(n) for w in ("w1", "w3", "w2"))
             layer = report["layers"][0]
             # the checkpoint's own fields (the layer's name, its bytes) are compress_checkpoint's
-            own = ("layer", "seconds", "steps_seconds", "bytes_before", "bytes_after", "bytes_written", "bits_per_weight")
+            own = ("layer", "seconds", "steps_seconds", "bytes_before", "bytes_after", "bytes_written", "bits_per_weight",
+                   "stored_experts", "expert_map_tensor")
             same_report = all(r["report"][key] == layer[key] for key in layer if key not in own)
             check(f"compress_layer {method} (torch float32 stacks, storage bfloat16) = compress_checkpoint's layer 0: "
                   f"tensors bit for bit, the report's fields", ok and same_report and r["error"] == layer["output_relative_error"],
@@ -683,6 +690,7 @@ def test_compress_checkpoint():
     check("the moecomp tool is found (ctest passes it; else build/default/tools/cli/moecomp)", tool is not None, tool)
     model, dense = os.path.join(MODELS, "tiny-moe"), os.path.join(MODELS, "tiny-dense")
     runs = (("hc-smoe", ["--experts", "4"], {"experts": 4}),
+            ("hc-smoe", ["--experts", "4", "--expert-storage", "duplicated"], {"experts": 4, "expert_storage": "duplicated"}),
             ("prune", ["--experts", "4", "--criterion", "reap"], {"experts": 4, "criterion": "reap"}),
             ("cka-merge", ["--experts", "4", "--merge", "dominant"], {"experts": 4, "merge": "dominant"}),
             ("resmoe", ["--keep", "0.3", "--restore-dense"], {"keep": 0.3, "restore_dense": True}),
@@ -695,7 +703,8 @@ def test_compress_checkpoint():
             if tool is None:
                 break
             source = dense if method in ("moefy", "sadmoe") else model
-            a, b = os.path.join(tmp, method + "-tool"), os.path.join(tmp, method + "-python")
+            tag = method + "-" + kwargs.get("expert_storage", "")  # hc-smoe runs twice (issue 34)
+            a, b = os.path.join(tmp, tag + "-tool"), os.path.join(tmp, tag + "-python")
             done = subprocess.run([tool, "compress", source, "-o", a, "--method", method, "--quiet", *args],
                                   capture_output=True, text=True)
             steps = []
@@ -718,7 +727,8 @@ def test_compress_checkpoint():
         moecomp.compress_checkpoint(model, out, "prune", experts=6)
         check("compress_checkpoint replaces an existing out_dir whole, leaves no staging or old copy",
               "stale" not in os.listdir(out) and sorted(os.listdir(tmp)) == sorted(
-                  [m + s for m, _, _ in runs for s in ("-tool", "-python") if tool] + ["out"]))
+                  [m + "-" + k.get("expert_storage", "") + s for m, _, k in runs for s in ("-tool", "-python") if tool] +
+                  ["out"]))
 
         # The output never touches an input.
         for label, target in (("model_dir itself", model), ("inside model_dir", os.path.join(model, "out")),
@@ -778,6 +788,11 @@ def test_compress_checkpoint():
         # Arguments.
         expect("compress_checkpoint keep with hc-smoe", ValueError, "compress_checkpoint: keep is for resmoe only",
                moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "hc-smoe", keep=0.5)
+        expect("compress_checkpoint expert_storage with prune", ValueError,
+               "compress_checkpoint: expert_storage is for hc-smoe only, and method is prune", moecomp.compress_checkpoint,
+               model, os.path.join(tmp, "x"), "prune", expert_storage="duplicated")
+        expect("compress_checkpoint bad expert_storage", ValueError, "expected distinct or duplicated, got 'shared'",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "hc-smoe", expert_storage="shared")
         expect("compress_checkpoint bad method", ValueError, "compress_checkpoint: method: expected hc-smoe",
                moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "merge")
         expect("compress_checkpoint experts beyond the model's", ValueError, "compress_checkpoint: experts must be 1 to 8",

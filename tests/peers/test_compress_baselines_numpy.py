@@ -216,7 +216,7 @@ def main():
                         _, perm = scipy_optimize.linear_sum_assignment(cost)
                     merged += coef[e] * b[perm]
                 H = a.shape[1] // 3
-                slot = dom if method == "hc-smoe" else g
+                slot = layer["id_map"][dom] if method == "hc-smoe" else g  # hc-smoe: stored distinct, through the map
                 for i, (name, ref) in enumerate((("w1", merged[:, :H]), ("w3", merged[:, H:2 * H]),
                                                  ("w2", merged[:, 2 * H:].T))):
                     got = decode(written[PREFIX.format(l) + f"experts.{slot}.{name}.weight"])

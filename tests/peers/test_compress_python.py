@@ -11,8 +11,15 @@ For each method and option set:
 * Every tensor outside the MoE layers is byte for byte the input's.
 * hc-smoe and cka-merge: each written expert equals, after rounding to bfloat16, the output of `moecomp merge`
   (the library's merge_experts) run on that layer's weights with the report's groups and dominants, the
-  layer's calibration tokens and its router; cka-merge's router rows too. hc-smoe writes the merged expert
-  of each member into the member's slot and keeps the router.
+  layer's calibration tokens and its router; cka-merge's router rows too. hc-smoe --expert-storage duplicated
+  writes the merged expert of each member into the member's slot and keeps the router.
+* hc-smoe's expert storage (issue 34): the default (distinct) and --expert-storage duplicated of the same
+  compression: the distinct form holds experts 0 .. S-1 and an I64 `gate.expert_map` per layer (the report's
+  id map, onto 0 .. S-1); each duplicated slot r is byte for byte distinct expert map[r]; every other tensor is
+  byte-identical; the tensor bytes differ by exactly 4 x (8 - S) x 3 x 256 x 128 x 2 - 4 x 64; each layer's
+  bytes_written is the bytes of its tensors in the files; the report, config.json and `moecomp inspect --json`
+  say which form; evaluate.py's expand_expert_maps turns the distinct tensors into the duplicated ones (torch,
+  when importable). The option with another method, a bad value and a distinct checkpoint as input exit 2.
 * prune: the kept experts are the N largest scores, ties to the lowest index; with --criterion frequency
   the scores are numpy's top-2 counts of the router's logits over 2T; the kept experts' tensors are the input's
   bytes, the router rows are the kept rows.
@@ -227,6 +234,95 @@ class Checker(ToolRunner):
                    f"{mismatches} tensors differ from `moecomp merge`")
 
 
+def tensor_bytes(directory):
+    """The tensor data bytes of a checkpoint directory's *.safetensors files (headers left out)."""
+    return sum(len(t[2]) for t in read_checkpoint(directory).values())
+
+
+def expert_storage(c):
+    """hc-smoe 8 -> 4 written distinct (the default) and duplicated, read independently and compared."""
+    d, u = c.path("distinct"), c.path("duplicated")
+    rd = c.compress("hc-smoe (distinct, the default)", d, "--method", "hc-smoe")
+    ru = c.compress("hc-smoe --expert-storage duplicated", u, "--method", "hc-smoe", "--expert-storage", "duplicated")
+    if not rd or not ru:
+        return
+    wd, wu = read_checkpoint(d), read_checkpoint(u)
+    cd, cu = (json.load(open(os.path.join(x, "config.json"))) for x in (d, u))
+    moe = lambda names: {n for n in names if ".block_sparse_moe." in n}  # noqa: E731
+    c.check("distinct and duplicated: the same compression (groups, id maps, errors)",
+            [(l["groups"], l["id_map"], l["output_relative_error"]) for l in rd["layers"]] ==
+            [(l["groups"], l["id_map"], l["output_relative_error"]) for l in ru["layers"]], "per layer")
+    c.check("distinct and duplicated: every tensor outside the MoE experts byte-identical (routers included)",
+            all(wd[n] == wu[n] for n in wu if ".experts." not in n) and
+            set(wd) - moe(wd) == set(wu) - moe(wu), f"{len(set(wu) - moe(wu))} non-MoE tensors")
+    bad, stored = [], []
+    for i, layer in enumerate(rd["layers"]):
+        p = PREFIX.format(i)
+        m = wd.get(p + "gate.expert_map")
+        ids = [int(v) for v in np.frombuffer(m[2], "<i8")] if m and m[0] == "I64" and m[1] == (8,) else None
+        S = max(ids) + 1 if ids else 0
+        stored.append(S)
+        want = {p + "gate.weight", p + "gate.expert_map"} | {f"{p}experts.{s}.{w}.weight" for s in range(S)
+                                                              for w in ("w1", "w3", "w2")}
+        if ids is None or ids != layer["id_map"] or sorted(set(ids)) != list(range(S)) or \
+                {n for n in wd if n.startswith(p)} != want:
+            bad.append((i, "map or names", ids))
+            continue
+        for r in range(8):  # the duplicated slot r is the distinct expert map[r], byte for byte
+            for w in ("w1", "w3", "w2"):
+                if wu[f"{p}experts.{r}.{w}.weight"] != wd[f"{p}experts.{ids[r]}.{w}.weight"]:
+                    bad.append((i, r, w))
+        on_disk = sum(len(t[2]) for n, t in wd.items() if n.startswith(p))
+        if layer["bytes_written"] != on_disk or layer["stored_experts"] != S or \
+                layer["expert_map_tensor"] != p + "gate.expert_map" or layer["bytes_after"] != on_disk - 64:
+            bad.append((i, "bytes", layer["bytes_written"], on_disk))
+        if ru["layers"][i]["bytes_written"] != sum(len(t[2]) for n, t in wu.items() if n.startswith(p)) or \
+                ru["layers"][i]["stored_experts"] != 8:
+            bad.append((i, "duplicated bytes"))
+    c.check("distinct: experts 0 .. S-1 and the I64 id map per layer; each duplicated slot is its mapped distinct "
+            "expert; bytes_written = the layer's tensor bytes on disk", not bad, f"stored {stored}; {bad[:2]}")
+    saved = sum((8 - s) * 3 * 256 * 128 * 2 for s in stored) - 4 * 64
+    bd, bu = tensor_bytes(d), tensor_bytes(u)
+    files = lambda x: sum(os.path.getsize(os.path.join(x, f)) for f in os.listdir(x) if f.endswith(".safetensors"))  # noqa: E731
+    c.check("distinct: smaller by (8 - S) experts a layer less the maps' bytes; totals.bytes_written",
+            bu - bd == saved and rd["totals"]["bytes_written"] == sum(l["bytes_written"] for l in rd["layers"]) and
+            ru["totals"]["bytes_written"] - rd["totals"]["bytes_written"] == saved,
+            f"tensor bytes {bu} -> {bd} ({bu - bd} saved, expected {saved}); files on disk {files(u)} -> {files(d)}")
+    c.check("the report, config.json and the option record say which form was written",
+            rd["expert_storage"] == rd["options"]["expert_storage"] == "distinct" and
+            ru["expert_storage"] == ru["options"]["expert_storage"] == "duplicated" and
+            cd["moecomp_compression"]["expert_storage"] == "distinct" and
+            cu["moecomp_compression"]["expert_storage"] == "duplicated" and
+            cd["num_local_experts"] == cu["num_local_experts"] == 8, str(cd["moecomp_compression"].get("expert_storage")))
+    r = c.run("inspect", d, "--json")
+    info = json.loads(r.stdout) if r.returncode == 0 else {}
+    ru_info = json.loads(c.run("inspect", u, "--json").stdout or "{}")
+    c.check("moecomp inspect: the distinct form's stored experts and id maps; the duplicated one's 8 per id",
+            info.get("expert_storage") == "distinct" and info.get("stored_experts") == stored and
+            info.get("expert_maps") == [v for l in rd["layers"] for v in l["id_map"]] and
+            ru_info.get("expert_storage") == "per_router_id" and ru_info.get("stored_experts") == [8] * 4 and
+            "expert_maps" not in ru_info, r.stderr.strip() or str(info.get("stored_experts")))
+    text = c.run("inspect", d).stdout
+    c.check("moecomp inspect (text): one line per layer with the id map",
+            text.count("experts stored distinct: layer ") == 4 and
+            f"id map ({PREFIX.format(0)}gate.expert_map) [{' '.join(map(str, rd['layers'][0]['id_map']))}]" in text,
+            text.strip().splitlines()[-1] if text.strip() else "")
+    c.expect_directory_error("a distinct checkpoint as compress's input", ["compress", d, "--method", "hc-smoe"],
+                             "stores its experts distinct", "gate.expert_map", "--expert-storage duplicated")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("note: torch is not importable: evaluate.py's reading of the distinct form is not checked here")
+        return
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
+    import evaluate
+    import tiny_moe
+    (ed, _), (eu, _) = tiny_moe.load(d), tiny_moe.load(u)
+    evaluate.expand_expert_maps(ed)
+    c.check("evaluate.py: expand_expert_maps gives the duplicated form's tensors exactly (so its perplexity)",
+            sorted(ed) == sorted(eu) and all(torch.equal(ed[k], eu[k]) for k in eu), f"{len(eu)} tensors")
+
+
 def main():
     tool = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,14 +330,16 @@ def main():
         out = c.path("out")
 
         for merge in ("frequency", "fix-dom", "average"):
-            label = f"hc-smoe --merge {merge}"
-            report = c.compress(label, out, "--method", "hc-smoe", "--merge", merge)
+            label = f"hc-smoe --merge {merge} --expert-storage duplicated"
+            report = c.compress(label, out, "--method", "hc-smoe", "--merge", merge, "--expert-storage", "duplicated")
             if report:
                 written = c.common(label, out, report, 8)
                 c.merged_match(label, written, report, merge, slots_from_map=True)
                 config = json.load(open(os.path.join(out, "config.json")))
                 c.check(f"{label}: id maps in config.json", config["moecomp_compression"]["id_maps"] == {
                     l["layer"]: l["id_map"] for l in report["layers"]}, "as the report")
+
+        expert_storage(c)
 
         for merge in ("uniform", "dominant", "learned"):
             label = f"cka-merge --merge {merge}"
@@ -540,6 +638,11 @@ def main():
                                  "--keep", "resmoe only")
         c.expect_directory_error("an option of another method", ["compress", "--method", "prune", "--linkage", "ward"],
                                  "--linkage", "hc-smoe only")
+        c.expect_directory_error("--expert-storage for another method", ["compress", "--method", "prune",
+                                 "--expert-storage", "duplicated"], "--expert-storage", "hc-smoe only")
+        c.expect_directory_error("--expert-storage of another value", ["compress", "--method", "hc-smoe",
+                                 "--expert-storage", "shared"], "--expert-storage",
+                                 "expected distinct or duplicated, got 'shared'")
 
         print(f"{c.checks - c.failures} of {c.checks} checks passed")
         return 1 if c.failures else 0

@@ -547,6 +547,12 @@ def every_family(s):
                                 for n_in, n_out in zip(names[e], names[slot]):
                                     ok = ok and written[n_out][2] == original[n_in][2]
                     detail = f"kept experts {'are' if ok else 'are NOT'} the input's bytes"
+                if ok and method == "hc-smoe":  # stored distinct (issue 34): inspect reads the form as written
+                    info = json.loads(back.stdout)
+                    ok = (info.get("expert_storage") == "distinct" and
+                          info.get("stored_experts") == [l["stored_experts"] for l in report["layers"]] and
+                          info.get("expert_maps") == [v for l in report["layers"] for v in l["id_map"]])
+                    detail = f"stored distinct: {info.get('stored_experts')} experts per layer, id maps as reported"
             s.check(f"{family}: compress --method {method} writes a checkpoint that reads back", ok, detail)
             shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(folder)

@@ -122,6 +122,8 @@ void refuse_other_methods_options(const arguments& args, compress::method how) {
       {"--router-steps", false, {m::sadmoe}, "sadmoe only"},
       {"--router-batch-size", false, {m::sadmoe}, "sadmoe only"},
       {"--tau", false, {m::sadmoe}, "sadmoe only"},
+      // expert storage (issue 34): only hc-smoe's id map repeats experts
+      {"--expert-storage", false, {m::hc_smoe}, "hc-smoe only"},
   };
   for (const auto& r : rules) {
     const bool given = r.flag ? args.flag(r.option) : static_cast<bool>(args.value(r.option));
@@ -179,6 +181,9 @@ compress::compress_params params_from_options(const arguments& args, compress::m
     p.taus = args.numbers("--tau", 0.0, 1.0);
     p.tau = p.taus.front();
   }
+  // expert storage (issue 34)
+  if (args.value("--expert-storage"))
+    p.expert_storage = parse_option(args, "--expert-storage", compress::parse_expert_storage);
   if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
     throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
                       args.value_or("--dtype", "") + "'");
@@ -209,6 +214,7 @@ std::string name_the_compress_option(const std::string& message) {
                                    {"--router-batch-size", "params.router.batch_size"},
                                    {"--calibration", "params.method sadmoe trains"},
                                    {"--tau", "params.taus"},
+                                   {"--expert-storage", "params.expert_storage"},
                                    {"--method", "params.method"}});
 }
 
@@ -319,6 +325,10 @@ void print_table(const compress::checkpoint_report& r, const std::string& model_
   std::printf("total: %.3f MB -> %.3f MB of %s tensors (%.2f bits per weight), %.2f s, peak RSS %.1f MB\n",
               r.bytes_before / 1e6, r.bytes_after / 1e6, dense ? "FFN" : "MoE", totals["bits_per_weight"].get<double>(),
               totals["seconds"].get<double>(), totals["peak_rss_bytes"].get<double>() / 1e6);
+  if (!r.expert_storage.empty())  // expert storage (issue 34): the form written, and its bytes
+    std::printf("experts stored %s: %.3f MB of MoE tensors written%s\n", r.expert_storage.c_str(), r.bytes_written / 1e6,
+                r.expert_storage == "distinct" ? " (each merged expert once, with an id map per layer)"
+                                               : " (every router id's slot, Hugging Face-loadable)");
 }
 
 // ---------------------------------------------------------------------------------------------- the command
@@ -454,7 +464,7 @@ const command_registration compress_registration{command{
      "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy|sadmoe [--experts N] [--calibration FILE] "
      "[--features F] [--linkage L] [--merge M] [--align A] [--similarity S] [--criterion C] [--samples S] [--global] "
      "[--seed S] [--layouts DIR] "
-     "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] "
+     "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] [--expert-storage S] "
      "[--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
@@ -501,6 +511,9 @@ const command_registration compress_registration{command{
       {"--router-batch-size", true, "sadmoe: tokens per step (default 64)"},
       {"--tau", true, "sadmoe: dynamic-k thresholds in [0, 1] the report measures, comma-separated (default "
                       "0.1,0.3,0.5,0.7,0.9); the first goes to config.json (default 0.5)"},
+      {"--expert-storage", true,
+       "hc-smoe: distinct (each merged expert once, plus the id map; the default) | duplicated (every router id's "
+       "slot, loadable by Hugging Face)"},
       {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)", true},
       {"--quiet", false, "no progress display"},
       {"--progress", false, "progress as one line per step on stderr, also when stderr is not a terminal"}},

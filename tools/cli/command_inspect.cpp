@@ -130,6 +130,21 @@ int inspect(const arguments& args, output_files& outputs) {
         .add("topk_method", m.topk_method)
         .add("routing_rule", std::string(gating::to_string(model::routing_of(m).rule)));
   }
+  // Expert storage (issue 34): each layer's stored experts and, in the distinct form, its id map (read and checked).
+  std::vector<long long> stored_experts, expert_maps;  // the maps flattened, E per layer (identity where none)
+  bool distinct = false;
+  if (described) {
+    for (index_t i = 0; i < static_cast<index_t>(described->layers.size()); ++i) {
+      const model::moe_layer_names& l = described->layers[static_cast<std::size_t>(i)];
+      distinct = distinct || l.distinct_storage();
+      stored_experts.push_back(static_cast<long long>(l.distinct_storage() ? l.stored_experts : described->num_experts));
+      const std::vector<std::int64_t> map = model::load_expert_map(checkpoint, *described, i);
+      for (index_t r = 0; r < described->num_experts; ++r)
+        expert_maps.push_back(static_cast<long long>(map.empty() ? r : map[static_cast<std::size_t>(r)]));
+    }
+    summary.add("expert_storage", std::string(distinct ? "distinct" : "per_router_id")).add("stored_experts", stored_experts);
+    if (distinct) summary.add("expert_maps", expert_maps);
+  }
   if (dense) {
     std::vector<long long> layers;
     for (const auto& l : dense->layers) layers.push_back(static_cast<long long>(l.layer));
@@ -161,6 +176,16 @@ int inspect(const arguments& args, output_files& outputs) {
                 << m.expert_size << ", " << (m.gated ? "gated " : "") << moe::to_string(m.activation);
       if (m.shared_expert_size > 0) std::cout << ", shared expert size " << m.shared_expert_size;
       std::cout << "\nMoE layers: " << layer_list(m) << "\n";
+      if (distinct)  // expert storage (issue 34)
+        for (index_t i = 0; i < static_cast<index_t>(m.layers.size()); ++i) {
+          const model::moe_layer_names& l = m.layers[static_cast<std::size_t>(i)];
+          if (!l.distinct_storage()) continue;
+          std::cout << "experts stored distinct: layer " << l.layer << ": " << l.stored_experts << " of " << m.num_experts
+                    << ", id map (" << l.expert_map << ") [";
+          for (index_t r = 0; r < m.num_experts; ++r)
+            std::cout << (r ? " " : "") << expert_maps[static_cast<std::size_t>(i * m.num_experts + r)];
+          std::cout << "]\n";
+        }
     } else if (dense) {
       std::cout << "model: " << dense->family << " (" << dense->layout_source << "), dense: " << dense->layers.size()
                 << " layers with an FFN of " << dense->ffn_size << " neurons, d " << dense->hidden_size << ", "

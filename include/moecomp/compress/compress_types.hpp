@@ -165,6 +165,30 @@ inline merge_alignment parse_merge_alignment(std::string_view name) {
   MOECOMP_FAIL(error_kind::invalid_argument, "align: expected none, weights or activations, got '", std::string(name), "'");
 }
 
+// ---------------------------------------------------------------------------- expert storage (issue 34)
+
+/// How compress_checkpoint stores the experts of a method whose router ids share experts (hc_smoe's id map):
+///   distinct    each distinct expert once, numbered 0 .. S-1 under the family's expert names, plus per layer
+///               the id map as a tensor (I64, E entries: router id -> stored expert; model::expert_map_name):
+///               the smaller checkpoint, read by moecomp's loader (model::load_moe_layer expands it) and by
+///               models/evaluate.py, not by Hugging Face's loaders;
+///   duplicated  every router id's slot holds its expert (E slots, as large as the input): the form any loader
+///               of the family reads.
+/// The other methods store each expert once in the family's own form already: they take distinct only.
+enum class expert_storage { distinct, duplicated };
+
+inline const char* to_string(expert_storage s) noexcept {
+  return s == expert_storage::distinct ? "distinct" : s == expert_storage::duplicated ? "duplicated" : "unknown";
+}
+
+/// Parses distinct or duplicated; invalid_argument otherwise.
+inline expert_storage parse_expert_storage(std::string_view name) {
+  if (name == "distinct") return expert_storage::distinct;
+  if (name == "duplicated") return expert_storage::duplicated;
+  MOECOMP_FAIL(error_kind::invalid_argument, "expert_storage: expected distinct or duplicated, got '", std::string(name),
+               "'");
+}
+
 /// Every tunable of a compression. A field left at its "auto" value (0, automatic, nullopt) is settled for the
 /// model and its calibration tokens by resolved_params, which also checks every rule between the fields once,
 /// before any layer is loaded.
@@ -220,6 +244,10 @@ struct compress_params {
   gating::router_training_params router = default_router();
   std::vector<double> taus = {0.1, 0.3, 0.5, 0.7, 0.9};
   double tau = 0.5;
+
+  /// hc_smoe: how the checkpoint stores the merged experts (expert_storage above). distinct by default: the id
+  /// map is the method's point, and writing its repeats would make the output as large as the input.
+  compress::expert_storage expert_storage = compress::expert_storage::distinct;
 
   static gating::router_training_params default_router() {
     gating::router_training_params r;
@@ -292,6 +320,10 @@ struct layer_report {
   index_t calibration_tokens = 0;
   double bytes_before = 0, bytes_after = 0, bytes_written = 0, bits_per_weight = 0;
   std::vector<std::pair<std::string, double>> steps_seconds;  ///< each step's wall time, in order
+  /// The experts the written checkpoint holds for the layer (hc_smoe distinct: the groups; duplicated: every slot),
+  /// and its id-map tensor's name (hc_smoe distinct; else empty).
+  index_t stored_experts = 0;
+  std::string expert_map_tensor;
   double seconds = 0;
   // moefy (per dense FFN): the split's size, the router's top-k, the balanced k-means outcome.
   index_t expert_size = 0, top_k = 0;
@@ -325,6 +357,10 @@ struct checkpoint_report : convergence_info {
   std::vector<layer_report> layers;
   double bytes_before = 0, bytes_after = 0, parameters_before = 0;
   bool cancelled = false;
+  /// The bytes of the MoE layers' tensors as written (the layers' bytes_written summed), and hc_smoe's
+  /// expert_storage as written ("distinct" or "duplicated"; empty for the other methods).
+  double bytes_written = 0;
+  std::string expert_storage;
   std::string failed_layer;
   /// The output's config.json text (the input's, with the new expert count where the method drops router rows
   /// and moecomp's record), and with restore_dense the dense checkpoint's.

@@ -20,6 +20,7 @@
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/core/detail/input_file.hpp>
+#include <moecomp/core/detail/little_endian.hpp>
 #include <moecomp/gating/routing_types.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout_types.hpp>
@@ -207,6 +208,13 @@ inline void expect_shape(const io::safetensors_checkpoint& c, const std::string&
                  shape_text(want), ", got ", shape_text(got));
 }
 
+/// The id-map tensor of moecomp's distinct expert storage: beside the router's tensor, its last dotted component
+/// replaced by `expert_map` ("model.layers.3.block_sparse_moe.gate.weight" -> "...gate.expert_map").
+inline std::string expert_map_name(const std::string& router) {
+  const std::size_t dot = router.rfind('.');
+  return (dot == std::string::npos ? router + "." : router.substr(0, dot + 1)) + "expert_map";
+}
+
 /// The layout's names for one layer; the first name the checkpoint lacks goes to `missing`.
 inline moe_layer_names layer_names(const checkpoint_layout& layout, const layout_stack& stack, index_t layer,
                                    index_t experts) {
@@ -233,6 +241,32 @@ inline moe_layer_names layer_names(const checkpoint_layout& layout, const layout
   n.shared_down = full(layout.shared_down);
   n.shared_gate_weight = full(layout.shared_gate_weight);
   return n;
+}
+
+/// moecomp's distinct expert storage: the stored experts of a layer whose id-map tensor `map` the checkpoint
+/// has (its names rebuilt for them); io_error when the map is not I64 of E entries or the stored experts do
+/// not fit it (1 to E of them, numbered from 0).
+inline void resolve_distinct_storage(const checkpoint_layout& layout, const layout_stack& stack,
+                                     const io::safetensors_checkpoint& c, const std::string& map, index_t E,
+                                     moe_layer_names& names) {
+  const auto& info = c.info(map);
+  if (info.dtype != io::safetensors_dtype::i64 || info.shape != std::vector<index_t>{E})
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", map, "' (the layer's expert id map) must be I64 of ",
+                 "shape [", E, "] (one stored expert per router id), got ", io::to_string(info.dtype), " of shape ",
+                 shape_text(info.shape));
+  index_t stored = 0;
+  if (layout.fused()) {
+    const auto& shape = c.info(names.gate_up).shape;
+    stored = shape.size() == 3 ? shape[0] : 0;
+  } else {
+    while (stored < E && c.contains(names.gate[static_cast<std::size_t>(stored)])) ++stored;
+  }
+  if (stored < 1 || stored > E)
+    MOECOMP_FAIL(error_kind::io_error, "describe_moe_model: tensor '", map, "' says the layer stores distinct experts, ",
+                 "and it holds ", stored, "; it needs 1 to ", E);
+  names = layer_names(layout, stack, names.layer, stored);
+  names.expert_map = map;
+  names.stored_experts = stored;
 }
 
 /// The most layers one stack of a config may give (real models have at most a few hundred).
@@ -297,6 +331,10 @@ inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const n
           (stack.rule == sparse_rule::every_step && std::binary_search(except.begin(), except.end(), layer)))
         continue;
       moe_layer_names names = layer_names(layout, stack, layer, m.num_experts);
+      const std::string map = expert_map_name(names.router);
+      // Distinct storage, when this layout's first expert is there (another layout of the type may be the one).
+      if (c.contains(map) && c.contains(layout.fused() ? names.gate_up : names.gate.front()))
+        resolve_distinct_storage(layout, stack, c, map, m.num_experts, names);
       // The optional names: kept only when the checkpoint has them.
       for (std::string* optional : {&names.router_bias, &names.correction_bias, &names.shared_gate_weight})
         if (!optional->empty() && !c.contains(*optional)) optional->clear();
@@ -353,8 +391,9 @@ inline std::optional<moe_model> resolve(const checkpoint_layout& layout, const n
     if (!n.router_bias.empty()) expect_shape(c, n.router_bias, {E}, "the router bias");
     if (!n.correction_bias.empty()) expect_shape(c, n.correction_bias, {E}, "the selection bias");
     if (n.fused()) {
-      expect_shape(c, n.gate_up, {E, 2 * I, H}, "the fused gate and up projections");
-      expect_shape(c, n.fused_down, {E, H, I}, "the fused down projections");
+      const index_t S = n.distinct_storage() ? n.stored_experts : E;  // distinct storage: the stored experts
+      expect_shape(c, n.gate_up, {S, 2 * I, H}, "the fused gate and up projections");
+      expect_shape(c, n.fused_down, {S, H, I}, "the fused down projections");
     }
     for (std::size_t e = 0; e < n.gate.size(); ++e) {
       expect_shape(c, n.gate[e], {I, H}, "an expert's gate projection");
@@ -418,6 +457,12 @@ inline void check_finite(const io::safetensors_checkpoint& c, const std::string&
 }
 
 }  // namespace detail
+
+/// The name of a layer's id-map tensor in moecomp's distinct expert storage (compress --expert-storage distinct):
+/// the router's tensor with its last dotted component replaced by `expert_map`
+/// ("model.layers.3.block_sparse_moe.gate.weight" -> "model.layers.3.block_sparse_moe.gate.expert_map").
+/// describe_moe_model takes a layer whose checkpoint has this tensor to store its experts distinct.
+inline std::string expert_map_name(const moe_layer_names& names) { return detail::expert_map_name(names.router); }
 
 /// Resolves a checkpoint: the layout of config.json's model_type whose tensors the checkpoint has, and every
 /// MoE layer's names, checked. `config_source` names the config in messages.
@@ -667,13 +712,38 @@ struct moe_layer_weights {
   }
 };
 
+/// The id map of MoE layer `index` in moecomp's distinct expert storage: E entries, router id r uses stored
+/// expert map[r]; empty for a layer that stores one expert per router id. io_error naming the tensor and the
+/// entry when one lies outside [0, stored experts).
+inline std::vector<std::int64_t> load_expert_map(const io::safetensors_checkpoint& checkpoint, const moe_model& model,
+                                                 index_t index) {
+  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "load_expert_map: index must be in [0, ",
+                  model.layers.size(), "), got ", index);
+  const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  if (!n.distinct_storage()) return {};
+  const io::safetensors_tensor t = checkpoint.tensor(n.expert_map);
+  if (t.dtype() != io::safetensors_dtype::i64 || t.size() != model.num_experts)  // describe_moe_model checked it
+    MOECOMP_FAIL(error_kind::io_error, "load_expert_map: tensor '", n.expert_map, "' must be I64 of ", model.num_experts,
+                 " entries, got ", io::to_string(t.dtype()), " of ", t.size());
+  std::vector<std::int64_t> map(static_cast<std::size_t>(t.size()));
+  for (std::size_t r = 0; r < map.size(); ++r)
+    map[r] = static_cast<std::int64_t>(moecomp::detail::load_le<std::uint64_t>(t.data() + 8 * r));
+  for (std::size_t r = 0; r < map.size(); ++r)
+    if (map[r] < 0 || map[r] >= n.stored_experts)
+      MOECOMP_FAIL(error_kind::io_error, "load_expert_map: tensor '", n.expert_map, "' entry ", r, " is ", map[r],
+                   "; the layer stores experts 0 to ", n.stored_experts - 1);
+  return map;
+}
+
 /// Reads MoE layer `index` (0 .. model.layers.size() - 1) of a checkpoint described by describe_moe_model,
 /// converting every tensor to W (float, double, bfloat16 or half; the router to float). It reads exactly
 /// that layer's bytes: one layer's experts in memory at a time. Every tensor of the layer (experts, fused
 /// stacks, router and its biases, shared expert) must be finite as the file stores it: a NaN or an infinity
 /// is an io_error naming the tensor and the element, checked before anything is converted
 /// ("load_moe_layer: tensor '...experts.3.w1.weight' element (5, 7) is nan; the weights moecomp loads must be
-/// finite"). A finite value beyond W's range (above 65504 for half) still rounds to infinity.
+/// finite"). A finite value beyond W's range (above 65504 for half) still rounds to infinity. A layer stored
+/// distinct (moe_layer_names::distinct_storage) is expanded through its id map (load_expert_map): router id e
+/// gets stored expert map[e], so the stacks hold E experts as in the duplicated form.
 template <class W>
 moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
   static_assert(moecomp::detail::is_weight_type_v<W>, "load_moe_layer: W must be float, double, bfloat16 or half");
@@ -690,17 +760,20 @@ moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint
   w.w1.resize(static_cast<std::size_t>(E * matrix));
   if (w.gated) w.w3.resize(w.w1.size());
   w.w2.resize(w.w1.size());
+  // Distinct storage: router id e reads stored expert map[e] (the stack is expanded to one expert per id).
+  const std::vector<std::int64_t> map = load_expert_map(checkpoint, model, index);
+  auto stored = [&map](index_t e) { return map.empty() ? e : static_cast<index_t>(map[static_cast<std::size_t>(e)]); };
   if (n.fused()) {
     const io::safetensors_tensor gate_up = checkpoint.tensor(n.gate_up);
     const io::safetensors_tensor down = checkpoint.tensor(n.fused_down);
     for (index_t e = 0; e < E; ++e) {  // gate rows first, then up rows, in each expert's 2I x H block
-      gate_up.convert_into(w.w1.data() + e * matrix, matrix, e * 2 * matrix);
-      gate_up.convert_into(w.w3.data() + e * matrix, matrix, e * 2 * matrix + matrix);
+      gate_up.convert_into(w.w1.data() + e * matrix, matrix, stored(e) * 2 * matrix);
+      gate_up.convert_into(w.w3.data() + e * matrix, matrix, stored(e) * 2 * matrix + matrix);
+      down.convert_into(w.w2.data() + e * matrix, matrix, stored(e) * matrix);
     }
-    down.convert_into(w.w2.data(), E * matrix, 0);
   } else {
     for (index_t e = 0; e < E; ++e) {
-      const auto u = static_cast<std::size_t>(e);
+      const auto u = static_cast<std::size_t>(stored(e));
       checkpoint.tensor(n.gate[u]).convert_into(w.w1.data() + e * matrix, matrix);
       if (w.gated) checkpoint.tensor(n.up[u]).convert_into(w.w3.data() + e * matrix, matrix);
       checkpoint.tensor(n.down[u]).convert_into(w.w2.data() + e * matrix, matrix);

@@ -102,8 +102,15 @@ struct moe_layer_names {
   std::vector<std::string> gate, up, down;            // one per expert; up empty for ungated experts
   std::string gate_up, fused_down;                    // the fused form (then gate/up/down are empty)
   std::string shared_gate, shared_up, shared_down, shared_gate_weight;
+  /// moecomp's distinct expert storage (compress --expert-storage distinct): the layer's id-map tensor (I64, one
+  /// entry per router id: the stored expert it uses) and the experts stored (the names above then list these
+  /// stored_experts, 0 .. S-1). Empty and 0 for a checkpoint that stores one expert per router id. The id map is
+  /// not in tensor_names(), which lists the float tensors.
+  std::string expert_map;
+  index_t stored_experts = 0;
 
   bool fused() const noexcept { return !gate_up.empty(); }
+  bool distinct_storage() const noexcept { return !expert_map.empty(); }
   bool has_shared_expert() const noexcept { return !shared_gate.empty(); }
   /// Every tensor name of the layer, in a fixed order: the router's, the experts', the shared expert's.
   std::vector<std::string> tensor_names() const {

@@ -4,6 +4,7 @@
 // config.json built.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/compress/detail/compress_layer.hpp>
+#include <moecomp/core/detail/little_endian.hpp>
 #include <moecomp/version.hpp>
 
 #include <nlohmann/json.hpp>
@@ -49,18 +50,23 @@ inline std::string layer_prefix(const model::moe_layer_names& names) {
 
 /// The layer's tensors in the checkpoint's names and dtypes: router id r of the output uses the names of
 /// original expert r (E_out <= E), and holds stack expert slots[r]; the fused layout (E x 2I x H gate and up,
-/// E x H x I down) is written as it is read.
+/// E x H x I down) is written as it is read. distinct (hc_smoe's expert_storage::distinct): the stack's experts
+/// once each under the names of experts 0 .. S-1, and the slots as the id-map tensor (I64, E_out entries, named
+/// by model::expert_map_name).
 inline std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkpoint,
                                                const model::moe_layer_names& names,
-                                               const model::moe_layer_weights<float>& w, const compressed_layer& c) {
+                                               const model::moe_layer_weights<float>& w, const compressed_layer& c,
+                                               bool distinct = false) {
   const index_t I = w.d_ff, H = w.d_model, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
   const bool own_stack = !c.w1.empty();
+  MOECOMP_EXPECTS(!distinct || own_stack, "compress: distinct expert storage needs the layer's own stack");
+  const index_t written_experts = distinct ? c.stack_experts : out_experts;  // expert tensors written
   auto source = [&](const std::vector<float>& mine, const std::vector<float>& original, index_t r) {
-    const std::int64_t k = c.slots[static_cast<std::size_t>(r)];
+    const std::int64_t k = distinct ? r : c.slots[static_cast<std::size_t>(r)];
     return (own_stack ? mine.data() : original.data()) + k * matrix;
   };
   std::vector<owned_tensor> out;
-  out.reserve(3 + 3 * static_cast<std::size_t>(out_experts));  // add() hands out references: no reallocation
+  out.reserve(4 + 3 * static_cast<std::size_t>(out_experts));  // add() hands out references: no reallocation
   auto add = [&](const std::string& name, std::vector<index_t> shape) -> owned_tensor& {
     const auto dtype = checkpoint.info(name).dtype;
     require_float_dtype(dtype, name);
@@ -79,17 +85,25 @@ inline std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint&
     owned_tensor& b = add(names.correction_bias, {out_experts});
     io::append_encoded(c.correction_bias.data(), c.correction_bias.size(), b.dtype, b.bytes);
   }
+  if (distinct) {  // the id map: router id r -> stored expert slots[r], little-endian I64
+    owned_tensor map{model::expert_map_name(names), io::safetensors_dtype::i64, {out_experts}, {}};
+    map.bytes.resize(static_cast<std::size_t>(out_experts) * 8);
+    for (index_t r = 0; r < out_experts; ++r)
+      moecomp::detail::store_le<std::uint64_t>(map.bytes.data() + 8 * r,
+                                               static_cast<std::uint64_t>(c.slots[static_cast<std::size_t>(r)]));
+    out.push_back(std::move(map));
+  }
   if (names.fused()) {
-    owned_tensor& gu = add(names.gate_up, {out_experts, 2 * I, H});
-    owned_tensor& down = add(names.fused_down, {out_experts, H, I});
-    for (index_t r = 0; r < out_experts; ++r) {
+    owned_tensor& gu = add(names.gate_up, {written_experts, 2 * I, H});
+    owned_tensor& down = add(names.fused_down, {written_experts, H, I});
+    for (index_t r = 0; r < written_experts; ++r) {
       io::append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
       io::append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
       io::append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), down.dtype, down.bytes);
     }
     return out;
   }
-  for (index_t r = 0; r < out_experts; ++r) {
+  for (index_t r = 0; r < written_experts; ++r) {
     const auto u = static_cast<std::size_t>(r);
     owned_tensor& g = add(names.gate[u], {I, H});
     io::append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), g.dtype, g.bytes);
@@ -269,7 +283,9 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     const auto writing_started = std::chrono::steady_clock::now();
     // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
     // expert; for resmoe also the router). With a dense writer, the restored experts go there too.
-    const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c);
+    // hc_smoe's expert storage (issue 34): distinct writes each merged expert once, with the id map.
+    const bool distinct = params.method == method::hc_smoe && params.expert_storage == expert_storage::distinct;
+    const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c, distinct);
     const bool resmoe = c.resmoe != nullptr;
     std::vector<owned_tensor> resmoe_tensors;
     if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, w, *c.resmoe, expert_dtype);
@@ -303,7 +319,9 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     if (params.method == method::hc_smoe) {
       const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
                                   (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
-      distinct_after = layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
+      // duplicated: the slots beyond the distinct experts; distinct: the id map (I64, E entries).
+      distinct_after = distinct ? layer_after - 8.0 * static_cast<double>(E)
+                                : layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
     }
     writer.write_shard(entries, checkpoint.metadata());
     if (dense_writer != nullptr) dense_writer->write_shard(dense_entries, checkpoint.metadata());
@@ -320,11 +338,14 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     report.bytes_before = layer_before;
     report.bytes_after = distinct_after;
     report.bytes_written = layer_after;
+    report.stored_experts = distinct ? c.stack_experts : static_cast<index_t>(c.slots.size());
+    if (distinct) report.expert_map_tensor = model::expert_map_name(names);
     report.bits_per_weight = 8.0 * distinct_after / parameters;
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!report.id_map.empty()) id_maps[report.layer] = report.id_map;
     result.bytes_before += layer_before;
     result.bytes_after += distinct_after;
+    result.bytes_written += layer_after;
     result.parameters_before += parameters;
     result.criterion = std::max(result.criterion, std::isnan(error) ? 0.0 : error);
     result.layers.push_back(std::move(report));
@@ -355,6 +376,10 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
   }
   record["version"] = MOECOMP_VERSION_STRING;
   if (!id_maps.empty()) record["id_maps"] = id_maps;
+  if (params.method == method::hc_smoe) {  // expert storage (issue 34): the form written
+    record["expert_storage"] = to_string(params.expert_storage);
+    result.expert_storage = to_string(params.expert_storage);
+  }
   if (params.method == method::resmoe) {
     record["keep"] = params.keep;
     record["values"] = sparse::to_string(*params.values);

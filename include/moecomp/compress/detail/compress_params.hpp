@@ -36,6 +36,13 @@ inline index_t default_experts(method how, const model::moe_model& m) {
   return n;
 }
 
+/// params.expert_storage: duplicated only for hc_smoe, the method whose router ids share experts.
+inline void check_expert_storage(const compress_params& p) {
+  MOECOMP_EXPECTS(p.method == method::hc_smoe || p.expert_storage == expert_storage::distinct,
+                  "compress: params.expert_storage duplicated is for hc-smoe (its router ids share merged experts); ",
+                  to_string(p.method), " stores each expert once, got ", to_string(p.expert_storage));
+}
+
 inline compress_params resolve_moe_params(const compress_params& given, const model::moe_model& m, bool calibrated,
                                           io::safetensors_dtype expert_dtype) {
   constexpr const char* fn = "compress";
@@ -129,6 +136,12 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
   if (p.max_iterations == 0) p.max_iterations = 100;
   MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1 (0: the default), got ",
                   p.max_iterations);
+  // Expert storage (issue 34): only an id map repeats experts; the input must store one expert per router id.
+  check_expert_storage(p);
+  for (const model::moe_layer_names& names : m.layers)
+    MOECOMP_EXPECTS(!names.distinct_storage(), fn, ": the checkpoint stores its experts distinct (tensor '",
+                    names.expert_map, "', an id map of compress --expert-storage distinct); compress reads a checkpoint ",
+                    "with one expert per router id: compress the original, or write this one with --expert-storage duplicated");
   return p;
 }
 
@@ -155,6 +168,7 @@ inline compress_params resolve_dense_params(const compress_params& given, const 
   MOECOMP_EXPECTS(p.top_k >= 1 && p.top_k <= p.experts, fn, ": params.top_k must be 1 to ", p.experts,
                   " (the experts), got ", p.top_k);
   MOECOMP_EXPECTS(p.restarts >= 1, fn, ": params.restarts must be at least 1, got ", p.restarts);
+  check_expert_storage(p);  // expert storage (issue 34)
   if (p.max_iterations == 0) p.max_iterations = 300;
   MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1 (0: the default), got ",
                   p.max_iterations);

@@ -98,6 +98,8 @@ inline nlohmann::ordered_json layer_json(const layer_report& l, method how) {
     record["bytes_before"] = l.bytes_before;
     record["bytes_after"] = l.bytes_after;
     record["bytes_written"] = l.bytes_written;
+    if (l.stored_experts > 0) record["stored_experts"] = l.stored_experts;  // expert storage (issue 34): as written
+    if (!l.expert_map_tensor.empty()) record["expert_map_tensor"] = l.expert_map_tensor;
   }
   record["bits_per_weight"] = l.bits_per_weight;
   json steps = json::object();
@@ -140,6 +142,7 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
     options["features"] = to_string(p.features);
     options["linkage"] = cluster::to_string(p.linkage);
     options["merge"] = merge::to_string(*p.merge);
+    options["expert_storage"] = to_string(p.expert_storage);
   } else if (p.method == method::cka_merge) {
     options["similarity"] = to_string(p.similarity);
     options["merge"] = merge::to_string(*p.merge);
@@ -155,6 +158,7 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
   options["seed"] = p.seed;
   options["calibration"] = calibration.empty() ? json(nullptr) : json(calibration);
   report["options"] = options;
+  if (!r.expert_storage.empty()) report["expert_storage"] = r.expert_storage;  // the form written (issue 34)
   if (splits_dense(p.method)) {
     json flops;
     flops["dense_ffn_macs_per_token"] = r.dense_ffn_macs_per_token;
@@ -170,6 +174,7 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
   json totals;
   totals["bytes_before"] = r.bytes_before;
   totals["bytes_after"] = r.bytes_after;
+  if (!splits_dense(p.method)) totals["bytes_written"] = r.bytes_written;  // the MoE layers' tensors as on disk
   totals["bits_per_weight"] = r.parameters_before > 0 ? 8.0 * r.bytes_after / r.parameters_before : 0.0;
   totals["seconds"] = seconds;
   totals["peak_rss_bytes"] = peak_rss_bytes;
