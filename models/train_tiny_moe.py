@@ -6,16 +6,16 @@ with --dense its dense twin in Mistral's layout (the model `moecomp compress --m
     /usr/bin/python3 models/train_tiny_moe.py --activation relu --hoyer 1e-3     # models/tiny-dense-hoyer
     /usr/bin/python3 models/train_tiny_moe.py --upcycle models/tiny-dense --steps 1000 --lr 1e-3
                                                                                 # models/tiny-moe-upcycled
-    /usr/bin/python3 models/train_tiny_moe.py --upcycle models/tiny-dense --layout qwen2_moe --steps 1000 --lr 1e-3
+    /usr/bin/python3 models/train_tiny_moe.py --upcycle models/tiny-dense --layout qwen2_moe --steps 600 --lr 1e-3
                                                                                 # models/tiny-qwen-moe-upcycled
 
 CPU only, Debian's python3-torch, fixed seeds. The text is the licence collection of Debian's base-files
 package (/usr/share/common-licenses: 14 files, 264 KB, each licence text permitting verbatim copies), whose
 SHA-256 is checked so that a different text cannot pass for the recorded one. Every 10th KB is held out.
 
-Writes to --out: config.json (MixtralConfig keys; MistralConfig's with --dense), model.safetensors (bf16),
-calibration.safetensors (each layer's MoE-block inputs, or with --dense its FFN inputs, `layers.{i}.moe_input`,
-T x d float32, on 1024 training bytes), heldout.bin (the held-out bytes) and train_log.json (the losses and
+Writes to --out: config.json (MixtralConfig keys; MistralConfig's with --dense; Qwen2MoeConfig's with --layout
+qwen2_moe), model.safetensors (bf16), calibration.safetensors (each layer's MoE-block inputs, or with --dense
+its FFN inputs, `layers.{i}.moe_input`, T x d float32, on 1024 training bytes), heldout.bin (the held-out bytes) and train_log.json (the losses and
 the held-out perplexity of the saved bf16 weights). The dense model is the MoE model's twin: the same
 attention, sizes, data, schedule and seed, with one SwiGLU FFN of intermediate size 1024 per layer (as many
 neurons as four of the MoE's experts) in place of the MoE block.
