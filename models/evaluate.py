@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Held-out perplexity of the embedded models, original or compressed: any checkpoint of tiny-moe in its
 Mixtral layout (merged or pruned experts, a reduced num_local_experts, ResMoE restored dense, hc-smoe's experts
-stored distinct with an id map per layer, expanded on load), and tiny-dense
+stored distinct with an id map per layer, expanded on load), the upcycled models (tiny-moe-upcycled, Mixtral's
+layout; tiny-qwen-moe-upcycled, Qwen2-MoE's, with its shared expert), and tiny-dense
 (or tiny-dense-hoyer) in its Mistral layout, as trained, split into experts by `moecomp compress --method
 moefy`, or split and given SADMoE's trained routers.
 
@@ -206,7 +207,7 @@ def evaluate(model_dir, a, taus, top_ks):
         expand_expert_maps(weights)
     except BadInput as e:
         raise BadInput(f"{model_dir}: {e}")
-    dense = "num_local_experts" not in config
+    dense = not tiny_moe.is_moe(config)  # Mixtral's num_local_experts or a qwen2_moe config
     if dense and config.get("hidden_act", "silu") not in tiny_moe.ACTIVATIONS:
         raise BadInput(f"{model_dir}: hidden_act {json.dumps(config['hidden_act'])} is not one of "
                        f"{', '.join(tiny_moe.ACTIVATIONS)}")
@@ -242,7 +243,7 @@ def evaluate(model_dir, a, taus, top_ks):
         if dense:
             r["hidden_act"] = config.get("hidden_act", "silu")
         else:
-            r["num_experts"], r["top_k"] = config["num_local_experts"], config["num_experts_per_tok"]
+            r["num_experts"], r["top_k"] = tiny_moe.num_experts(config), config["num_experts_per_tok"]
         records.append(r)
     if a.sparsity and dense:
         stats = tiny_moe.activation_sparsity(weights, config, held)

@@ -118,6 +118,53 @@ def moe_block(x, w, prefix, config, router_stats=None):
     return out, logits
 
 
+# ------------------------------------------------------------------------------------------ Qwen2-MoE block
+# The fine-grained upcycled model (models/tiny-qwen-moe-upcycled) is in Qwen2-MoE's layout: its block is
+# written out as transformers' modeling_qwen2_moe computes it.
+
+def is_moe(config):
+    """Whether the checkpoint's config is an MoE model (Mixtral's num_local_experts, Qwen2-MoE's num_experts)."""
+    return "num_local_experts" in config or config.get("model_type") == "qwen2_moe"
+
+
+def num_experts(config):
+    return config["num_local_experts"] if "num_local_experts" in config else config["num_experts"]
+
+
+def qwen2_moe_block(x, w, prefix, config, router_stats=None):
+    """Qwen2-MoE's sparse MoE block on x (T x d) with the tensor prefix `model.layers.{i}.mlp.`: softmax router
+    (`gate`), top-k of the probabilities, renormalised when norm_topk_prob, SwiGLU experts gate_proj/up_proj/
+    down_proj, plus a shared SwiGLU expert scaled per token by sigmoid(shared_expert_gate x). Returns
+    (output, router logits)."""
+    E, k = config["num_experts"], config["num_experts_per_tok"]
+    act = ACTIVATIONS[config.get("hidden_act", "silu")]
+    logits = x @ w[prefix + "gate.weight"].t()
+    probs = torch.softmax(logits.float(), dim=-1)
+    top_w, top_i = torch.topk(probs, k, dim=-1)
+    if config.get("norm_topk_prob", False):
+        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+    top_w = top_w.to(x.dtype)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        rows, slot = torch.where(top_i == e)
+        if rows.numel() == 0:
+            continue
+        xe = x[rows]
+        p = f"{prefix}experts.{e}."
+        h = act(xe @ w[p + "gate_proj.weight"].t()) * (xe @ w[p + "up_proj.weight"].t())
+        out.index_add_(0, rows, (h @ w[p + "down_proj.weight"].t()) * top_w[rows, slot].unsqueeze(-1))
+    s = prefix + "shared_expert."
+    if s + "gate_proj.weight" in w:
+        h = act(x @ w[s + "gate_proj.weight"].t()) * (x @ w[s + "up_proj.weight"].t())
+        shared = h @ w[s + "down_proj.weight"].t()
+        if prefix + "shared_expert_gate.weight" in w:
+            shared = torch.sigmoid(x @ w[prefix + "shared_expert_gate.weight"].t()) * shared
+        out = out + shared
+    if router_stats is not None:
+        router_stats.append((probs, top_i))
+    return out, logits
+
+
 ACTIVATIONS = {"silu": F.silu, "relu": F.relu}
 
 
@@ -205,9 +252,12 @@ def forward(w, config, ids, moe_inputs=None, router_stats=None, top_k=None, tau=
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].t()).view(B, S, heads, hd).transpose(1, 2)
-        kk = (h @ w[p + "self_attn.k_proj.weight"].t()).view(B, S, kv, hd).transpose(1, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].t()).view(B, S, kv, hd).transpose(1, 2)
+        q, kk, v = (h @ w[p + f"self_attn.{n}_proj.weight"].t() for n in "qkv")
+        if p + "self_attn.q_proj.bias" in w:  # Qwen2's attention has q/k/v biases
+            q, kk, v = (t + w[p + f"self_attn.{n}_proj.bias"] for t, n in zip((q, kk, v), "qkv"))
+        q = q.view(B, S, heads, hd).transpose(1, 2)
+        kk = kk.view(B, S, kv, hd).transpose(1, 2)
+        v = v.view(B, S, kv, hd).transpose(1, 2)
         q, kk = q * cos + rotate_half(q) * sin, kk * cos + rotate_half(kk) * sin
         if kv != heads:
             kk = kk.repeat_interleave(heads // kv, dim=1)
@@ -224,6 +274,8 @@ def forward(w, config, ids, moe_inputs=None, router_stats=None, top_k=None, tau=
             moe_inputs.append(h.detach().clone())
         if "num_local_experts" in config:
             out, _ = moe_block(h, w, p + "block_sparse_moe.", config, router_stats)
+        elif config.get("model_type") == "qwen2_moe":
+            out, _ = qwen2_moe_block(h, w, p + "mlp.", config, router_stats)
         else:
             out = dense_mlp(h, w, p, config, top_k, tau, hidden,
                             None if experts is None else experts.setdefault(layer, []))
