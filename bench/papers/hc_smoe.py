@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""HC-SMoE's Tables 3, 4 and 7 in miniature, on the embedded MoEs: the from-scratch tiny-moe and, when present,
-its upcycled twin (models/tiny-moe-upcycled), each reduced from 8 experts a layer to 6 (25%) and 4 (50%).
+"""HC-SMoE's Tables 2-3, 4 and 7 in miniature, on the embedded MoEs: the from-scratch tiny-moe, its upcycled twin
+(models/tiny-moe-upcycled, the same shape) and the fine-grained Qwen2-MoE twin (models/tiny-qwen-moe-upcycled: 32
+experts, top-4, a shared expert), each reduced by 25% and 50% of its experts (8 -> 6, 4; 32 -> 24, 16).
 
 Main table (HC-SMoE's Table 2-3): the pruning baselines O-prune (--criterion output: the subset whose layer output
 is closest, all 28 / 70 subsets), S-prune and F-prune (HC-SMoE's global ranking: --criterion router-score /
@@ -9,7 +10,7 @@ single linkage (expert-output features, frequency merge: the paper's defaults), 
 before the merge (--align weights, moecomp's addition). Each row: held-out perplexity (`models/evaluate.py`),
 bytes of the model's *.safetensors on disk, the mean over layers of the layer output error on the calibration
 tokens (||Y - Y'|| / ||Y||, the report's) and, for the merges, the largest group of each layer.
-Ablations at 8 -> 6 on the upcycled twin (tiny-moe without it): linkage x metric (Table 4) and the merge (Table 7).
+Ablations at 8 -> 6 on the upcycled twin: linkage x metric (Table 4) and the merge (Table 7).
 
 The claims checked (the paper's numbers are zero-shot accuracies on Qwen and Mixtral; here perplexity):
   C1  HC-SMoE (avg) beats every pruning baseline (O-, S-, F-prune) at 25% and at 50% (Tables 2-3);
@@ -19,7 +20,7 @@ The claims checked (the paper's numbers are zero-shot accuracies on Qwen and Mix
       within 0.3 points of accuracy).
 
 It prints the tables, writes them between the markers of docs/papers.md (the HC-SMoE section) and draws
-docs/img/hc_smoe_table3.png. One command, about 8 minutes on 2 cores:
+docs/img/hc_smoe_table3.png. One command, about 9 minutes on 2 cores:
 
     /usr/bin/python3 bench/papers/hc_smoe.py --moecomp build/default/tools/cli/moecomp
 """
@@ -33,7 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import papers_common as pc  # noqa: E402
 
 BEGIN, END = "<!-- hc-smoe-table: begin (bench/papers/hc_smoe.py writes this) -->", "<!-- hc-smoe-table: end -->"
-MODELS = [("tiny-moe (from scratch)", "tiny-moe"), ("tiny-moe-upcycled", "tiny-moe-upcycled")]
+MODELS = [("tiny-moe (from scratch)", "tiny-moe", 8), ("tiny-moe-upcycled", "tiny-moe-upcycled", 8),
+          ("tiny-qwen-moe-upcycled", "tiny-qwen-moe-upcycled", 32)]
+REDUCTIONS = (("25%", 3, 4), ("50%", 1, 2))  # experts kept = E x numerator / denominator
 PRUNING = ["O-prune", "S-prune (global)", "F-prune (global)"]
 
 
@@ -70,17 +73,19 @@ def main():
     a = p.parse_args()
     started = time.time()
     has_msmoe = "m-smoe" in pc.run([a.moecomp, "compress", "--help"])
-    models = [(label, os.path.join(pc.MODELS_DIR, d)) for label, d in MODELS
+    models = [(label, os.path.join(pc.MODELS_DIR, d)) for label, d, _ in MODELS
               if os.path.isdir(os.path.join(pc.MODELS_DIR, d))]
-    ablation_model = models[-1]
+    experts = {label: e for label, _, e in MODELS}
+    kept = {(label, r): experts[label] * num // den for label, _ in models for r, num, den in REDUCTIONS}
+    ablation_model = models[1] if len(models) > 1 else models[0]
     with tempfile.TemporaryDirectory() as tmp:
         jobs, keys = [], []
         for label, model in models:
-            for n in (6, 4):
+            for n, _, _ in REDUCTIONS:
                 for name, args in main_rows(has_msmoe):
                     keys.append(("main", label, n, name))
                     out = os.path.join(tmp, f"{len(keys)}")
-                    jobs.append(lambda model=model, out=out, args=args, n=n: (out, pc.compress(
+                    jobs.append(lambda model=model, out=out, args=args, n=kept[(label, n)]: (out, pc.compress(
                         a.moecomp, model, out, args + ["--experts", str(n)])))
         for name, args in ablation_rows():
             keys.append(("ablation", ablation_model[0], 6, name))
@@ -97,15 +102,15 @@ def main():
             results[key] = (evaluated[out]["perplexity"], evaluated[out]["bytes_on_disk"], pc.mean(errors),
                             largest)
 
-    lines = ["| model | method | 8 → 6: perplexity | bytes on disk | layer error | largest group | 8 → 4: perplexity "
-             "| bytes on disk | layer error | largest group |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | method | 25% fewer experts: perplexity | bytes on disk | layer error | largest group | 50% "
+             "fewer: perplexity | bytes on disk | layer error | largest group |", "|---|---|---|---|---|---|---|---|---|---|"]
     for label, _ in models:
         o = original[label]
-        lines.append(f"| {label} | original (8 experts) | {fmt(o['perplexity'], 3)} | {o['bytes_on_disk']:,} | 0 | - | "
+        lines.append(f"| {label} | original ({experts[label]} experts) | {fmt(o['perplexity'], 3)} | {o['bytes_on_disk']:,} | 0 | - | "
                      f"{fmt(o['perplexity'], 3)} | {o['bytes_on_disk']:,} | 0 | - |")
         for name, _ in main_rows(has_msmoe):
             cells = []
-            for n in (6, 4):
+            for n, _, _ in REDUCTIONS:
                 ppl, size, err, largest = results[("main", label, n, name)]
                 cells += [fmt(ppl), f"{size:,}", fmt(err, 3), ", ".join(map(str, largest)) or "-"]
             lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
@@ -120,15 +125,15 @@ def main():
         return results[("main", label, n, name)][0]
     claims = ["", "| claim | model | holds here? | evidence |", "|---|---|---|---|"]
     for label, _ in models:
-        for n in (6, 4):
+        for n, _, _ in REDUCTIONS:
             hc = ppl(label, n, "HC-SMoE (avg)")
             best_name = min(PRUNING, key=lambda m: ppl(label, n, m))
             best = ppl(label, n, best_name)
-            claims.append(f"| C1 HC-SMoE beats the pruning baselines at 8 → {n} | {label} | "
+            claims.append(f"| C1 HC-SMoE beats the pruning baselines, {n} fewer experts | {label} | "
                           f"{'yes' if hc < best else 'no'} | HC-SMoE {fmt(hc)}, best pruning ({best_name}) {fmt(best)} |")
             if has_msmoe:
                 ms = ppl(label, n, "M-SMoE")
-                claims.append(f"| C2 HC-SMoE beats M-SMoE at 8 → {n} | {label} | {'yes' if hc < ms else 'no'} | "
+                claims.append(f"| C2 HC-SMoE beats M-SMoE, {n} fewer experts | {label} | {'yes' if hc < ms else 'no'} | "
                               f"HC-SMoE {fmt(hc)}, M-SMoE {fmt(ms)} |")
     ab = {name: results[("ablation", ablation_model[0], 6, name)][0] for name, _ in ablation_rows()}
     pairs = [n for n in ab if "/" in n]
@@ -148,12 +153,12 @@ def main():
     plt = pc.pyplot()
     if plt is None:
         return
-    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 4.2), squeeze=False)
     for ax, (label, _) in zip(axes[0], models):
         names = [name for name, _ in main_rows(has_msmoe)]
-        for i, n in enumerate((6, 4)):
+        for i, (n, _, _) in enumerate(REDUCTIONS):
             ax.barh([j + 0.4 * i for j in range(len(names))], [ppl(label, n, m) for m in names], height=0.4,
-                    label=f"8 → {n}")
+                    label=f"{n} fewer experts")
         ax.axvline(original[label]["perplexity"], color="k", lw=1, ls="--", label="original")
         ax.set_yticks([j + 0.2 for j in range(len(names))])
         ax.set_yticklabels(names)
