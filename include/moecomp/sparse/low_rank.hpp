@@ -8,7 +8,7 @@
 //       k (p_I + 3p) ~ s p_I 3p, with the k singular values folded into the left factor).
 //   truncated_svd(a, rank, u, v)  a ~ u v with u = U_k S_k (rows x rank) and v = V_k^T (rank x cols, orthonormal
 //       rows); the singular values by one-sided Jacobi (Hestenes) in double on a or a^T (whichever has fewer
-//       columns), sorted decreasing (ties to the lower index); each v row's largest |entry| (lowest index on
+//       columns; pairs rotated until their cosine is below max(rows, cols) x 2^-52), sorted decreasing (ties to the lower index); each v row's largest |entry| (lowest index on
 //       ties) made positive. Returns all min(rows, cols) singular values.
 //   rows_kept(rows, keep) / prune_rows(keep, a, out)  structured pruning: the rows - round((1 - keep) rows) rows
 //       of largest l2 norm kept (Python's rounding, as prune_magnitude counts entries; ties to the lower row),
@@ -40,6 +40,24 @@ inline index_t svd_budget_rank(index_t rows, index_t cols, double keep) {
   return std::min(std::max<index_t>(1, static_cast<index_t>(k)), std::min(rows, cols));
 }
 
+namespace detail {
+
+/// x . y with four partial sums (vectorisable without reassociating at run time; the order is fixed).
+inline double dot4(const double* x, const double* y, index_t n) noexcept {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  index_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += x[k] * y[k];
+    s1 += x[k + 1] * y[k + 1];
+    s2 += x[k + 2] * y[k + 2];
+    s3 += x[k + 3] * y[k + 3];
+  }
+  for (; k < n; ++k) s0 += x[k] * y[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace detail
+
 /// Truncated SVD of a (see above) into u (rows x rank) and v (rank x cols). rank in [1, min(rows, cols)].
 template <class T>
 std::vector<double> truncated_svd(const host_context& ctx, moecomp::detail::type_identity_t<matrix_view<const T>> a,
@@ -65,20 +83,20 @@ std::vector<double> truncated_svd(const host_context& ctx, moecomp::detail::type
     }
   for (index_t j = 0; j < q; ++j) w[static_cast<std::size_t>(j * q + j)] = 1.0;
   auto col = [](std::vector<double>& x, index_t len, index_t j) { return x.data() + j * len; };
-  // One-sided Jacobi: rotate column pairs until every pair is orthogonal to working precision.
+  // One-sided Jacobi: rotate column pairs until each pair's cosine is below p eps. The squared column norms are
+  // recomputed at each sweep's start and updated by each rotation, so an orthogonal pair costs one dot product.
+  const double tolerance = static_cast<double>(p) * 2.220446049250313e-16;
+  std::vector<double> norm2(static_cast<std::size_t>(q));
   for (int sweep = 0; sweep < 80; ++sweep) {
+    for (index_t j = 0; j < q; ++j) norm2[static_cast<std::size_t>(j)] = detail::dot4(col(b, p, j), col(b, p, j), p);
     bool rotated = false;
     for (index_t i = 0; i + 1 < q; ++i)
       for (index_t j = i + 1; j < q; ++j) {
         double* bi = col(b, p, i);
         double* bj = col(b, p, j);
-        double alpha = 0, beta = 0, gamma = 0;
-        for (index_t k = 0; k < p; ++k) {
-          alpha += bi[k] * bi[k];
-          beta += bj[k] * bj[k];
-          gamma += bi[k] * bj[k];
-        }
-        if (gamma == 0 || std::abs(gamma) <= 1e-15 * std::sqrt(alpha) * std::sqrt(beta)) continue;
+        const double alpha = norm2[static_cast<std::size_t>(i)], beta = norm2[static_cast<std::size_t>(j)];
+        const double gamma = detail::dot4(bi, bj, p);
+        if (gamma == 0 || std::abs(gamma) <= tolerance * std::sqrt(alpha) * std::sqrt(beta)) continue;
         rotated = true;
         const double zeta = (beta - alpha) / (2 * gamma);
         const double t = (zeta >= 0 ? 1.0 : -1.0) / (std::abs(zeta) + std::sqrt(1 + zeta * zeta));
@@ -88,6 +106,8 @@ std::vector<double> truncated_svd(const host_context& ctx, moecomp::detail::type
           bi[k] = c * x - s * y;
           bj[k] = s * x + c * y;
         }
+        norm2[static_cast<std::size_t>(i)] = alpha - t * gamma;  // exact in exact arithmetic; recomputed each sweep
+        norm2[static_cast<std::size_t>(j)] = beta + t * gamma;
         double* wi = col(w, q, i);
         double* wj = col(w, q, j);
         for (index_t k = 0; k < q; ++k) {

@@ -5,6 +5,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/core/detail/checks.hpp>
+#include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/cluster/fcluster.hpp>
 #include <moecomp/cluster/grouping.hpp>
@@ -32,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -247,10 +249,10 @@ inline void resmoe_other_residuals(const host_context& ctx, const compress_param
   sparse::encode_params ep;
   ep.format = params.format;
   ep.values = *params.values;
-  for (index_t e = 0; e < E; ++e) {
-    const host_matrix<float> full =
-        moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e));
-    if (params.residual == resmoe_residual::structured) {
+  if (params.residual == resmoe_residual::structured) {
+    for (index_t e = 0; e < E; ++e) {
+      const host_matrix<float> full =
+          moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e));
       host_matrix<float> pruned(I, width);
       sparse::prune_rows<float>(ctx, params.keep, full.const_view(), pruned.view());
       squared_errors.push_back(sparse::stored_squared_error<float>(ctx, full.const_view(), pruned.const_view(), ep.values));
@@ -258,32 +260,61 @@ inline void resmoe_other_residuals(const host_context& ctx, const compress_param
       report.residual_bytes.push_back(moe::encode_design_residual<float>(ctx, ep, pruned.const_view(), H, stack.gated(), res));
       report.formats.push_back({sparse::to_string(res.w1.format()), stack.gated() ? sparse::to_string(res.w3.format()) : "-",
                                 sparse::to_string(res.w2.format())});
-      continue;
     }
-    const index_t k = params.rank;
-    host_matrix<double> u(I, k), v(k, width);
-    sparse::truncated_svd<float>(ctx, full.const_view(), k, u.view(), v.view());
-    host_matrix<float> uf(I, k), vf(k, width);
-    for (index_t i = 0; i < I * k; ++i) uf.data()[i] = static_cast<float>(u.data()[i]);
-    for (index_t i = 0; i < k * width; ++i) vf.data()[i] = static_cast<float>(v.data()[i]);
-    io::round_to_storage(uf.data(), static_cast<std::size_t>(I * k), storage_of(ep.values));
-    io::round_to_storage(vf.data(), static_cast<std::size_t>(k * width), storage_of(ep.values));
-    host_matrix<float> product(I, width);
-    double squared = 0;
-    for (index_t i = 0; i < I; ++i)
-      for (index_t j = 0; j < width; ++j) {
-        double x = 0;
-        for (index_t q = 0; q < k; ++q) x += static_cast<double>(uf(i, q)) * static_cast<double>(vf(q, j));
-        product(i, j) = static_cast<float>(x);
-        const double diff = static_cast<double>(full(i, j)) - x;
-        squared += diff * diff;
+    return;
+  }
+  // svd: the experts' factorisations (serial each, so deterministic) run side by side, `threads` at a time.
+  const index_t k = params.rank, chunk = std::max(1, ctx.threads());
+  r.svd_u.resize(static_cast<std::size_t>(E));
+  r.svd_v.resize(static_cast<std::size_t>(E));
+  stored.resize(static_cast<std::size_t>(E));
+  squared_errors.resize(static_cast<std::size_t>(E));
+  for (index_t first = 0; first < E; first += chunk) {
+    const index_t count = std::min(chunk, E - first);
+    std::vector<host_matrix<float>> full;
+    for (index_t e = first; e < first + count; ++e)
+      full.push_back(moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e)));
+    std::vector<std::exception_ptr> failed(static_cast<std::size_t>(count));
+    moecomp::detail::parallel_for(count, ctx.threads(), [&](index_t n, int) {
+      try {
+        const index_t e = first + n;
+        const host_matrix<float>& d = full[static_cast<std::size_t>(n)];
+        host_matrix<double> u(I, k), v(k, width);
+        sparse::truncated_svd<float>(host_context(1), d.const_view(), k, u.view(), v.view());
+        host_matrix<float> uf(I, k), vf(k, width);
+        for (index_t i = 0; i < I * k; ++i) uf.data()[i] = static_cast<float>(u.data()[i]);
+        for (index_t i = 0; i < k * width; ++i) vf.data()[i] = static_cast<float>(v.data()[i]);
+        io::round_to_storage(uf.data(), static_cast<std::size_t>(I * k), storage_of(ep.values));
+        io::round_to_storage(vf.data(), static_cast<std::size_t>(k * width), storage_of(ep.values));
+        host_matrix<float> product(I, width);
+        double squared = 0;
+        std::vector<double> row(static_cast<std::size_t>(width));
+        for (index_t i = 0; i < I; ++i) {
+          std::fill(row.begin(), row.end(), 0.0);
+          for (index_t q = 0; q < k; ++q) {
+            const double a = uf(i, q);
+            for (index_t j = 0; j < width; ++j) row[static_cast<std::size_t>(j)] += a * static_cast<double>(vf(q, j));
+          }
+          for (index_t j = 0; j < width; ++j) {
+            product(i, j) = static_cast<float>(row[static_cast<std::size_t>(j)]);
+            const double diff = static_cast<double>(d(i, j)) - row[static_cast<std::size_t>(j)];
+            squared += diff * diff;
+          }
+        }
+        squared_errors[static_cast<std::size_t>(e)] = squared;
+        r.svd_u[static_cast<std::size_t>(e)] = std::move(uf);
+        r.svd_v[static_cast<std::size_t>(e)] = std::move(vf);
+        stored[static_cast<std::size_t>(e)] = std::move(product);
+      } catch (...) {
+        failed[static_cast<std::size_t>(n)] = std::current_exception();
       }
-    squared_errors.push_back(squared);
+    });
+    for (const auto& f : failed)
+      if (f) std::rethrow_exception(f);
+  }
+  for (index_t e = 0; e < E; ++e) {
     report.residual_bytes.push_back(static_cast<std::uint64_t>((I + width) * k) * sparse::value_size(ep.values));
     report.formats.push_back({"svd", stack.gated() ? "svd" : "-", "svd"});
-    r.svd_u.push_back(std::move(uf));
-    r.svd_v.push_back(std::move(vf));
-    stored.push_back(std::move(product));
   }
 }
 
