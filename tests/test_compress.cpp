@@ -601,3 +601,28 @@ TEST_CASE("resmoe ablations: what compress_checkpoint writes for each centre and
     CHECK(r.config_json.find(std::string("\"center\": \"") + compress::to_string(center) + "\"") != std::string::npos);
   }
 }
+
+TEST_CASE("resmoe ablations: svd residuals are the same bytes at 1 and 2 threads") {
+  const opened o(planted_model(false, false), "compress_resmoe_threads");
+  compress::compress_params p;
+  p.method = compress::method::resmoe;
+  p.residual = compress::resmoe_residual::svd;
+  p.rank = 3;
+  p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+  std::map<int, std::string> shards;
+  for (int threads : {1, 2}) {
+    temp_dir out("compress_resmoe_threads_" + std::to_string(threads));
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    const compress::checkpoint_report r =
+        compress::compress_checkpoint(moecomp::host_context(threads), p, o.checkpoint, o.m,
+                                      compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+    REQUIRE(r.ok());
+    std::vector<std::string> files;  // in name order: a directory's listing order is not
+    for (const auto& entry : std::filesystem::directory_iterator(out.path))
+      if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
+    std::sort(files.begin(), files.end());
+    for (const std::string& f : files) shards[threads] += moecomp_test::read_file(f);
+  }
+  CHECK(!shards[1].empty());
+  CHECK(shards[1] == shards[2]);
+}

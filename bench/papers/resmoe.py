@@ -204,6 +204,7 @@ def main():
             ax.scatter(r["a6"], r["ppl"], marker=marker, s=50)
             ax.annotate(r["label"], (r["a6"], r["ppl"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
         ax.axhline(rows[0]["ppl"], color="gray", lw=1, label="uncompressed")
+        ax.set_yscale("log")
         ax.set_xlabel("ResMoE's Appendix A.6 approximation error (mean over layers)")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{name}, {a.keep:.0%} of each expert's parameters kept")
