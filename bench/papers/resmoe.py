@@ -174,7 +174,8 @@ def main():
     except (OSError, StopIteration):
         pass
     footer = (f"Run {datetime.date.today()} on {cpu}, {a.threads} threads, {time.time() - started:.0f} s: "
-              f"`bench/papers/resmoe.py --keep {a.keep:g}`.")
+              f"`bench/papers/resmoe.py --keep {a.keep:g}" +
+              "".join(f" --upcycled {u}" for u in a.upcycled) + "`.")
     claims = [f"- {'holds' if ok else '**does not hold**'}: {text}" for text, ok in verdicts]
     print("\n".join(table))
     print("\n".join(claims))
