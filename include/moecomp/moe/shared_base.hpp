@@ -9,6 +9,8 @@
 //     whole design matrix; column_block with block d prunes each piece separately), then split back into the
 //     three residuals in nn.Linear layout (W1: d_ff x d, W3: d_ff x d, W2: d x d_ff) and encoded by
 //     params.encode. Reports the pruning, the bytes and the expert's squared approximation error (Appendix A.6).
+//   expert_design_residual / encode_design_residual: the two halves of encode_expert_residual (the design
+//     residual alone; a design residual pruned by any rule split and encoded), for ResMoE's ablations.
 //   shared_base_ffn_forward: y = W2_e (act(W1_e x) * (W3_e x)) with W_e = B + R_e, for the rows of each expert
 //     (grouped by expert_offsets, as shared_base_apply), by three shared-base applies: every base read once
 //     per call, each residual only for the experts with rows.

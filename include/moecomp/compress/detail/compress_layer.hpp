@@ -324,6 +324,7 @@ inline void resmoe_other_residuals(const host_context& ctx, const compress_param
 /// init = expert 0), the base expert from it (rounded to the experts' dtype), each expert's design residual in
 /// the base's neuron order pruned to the fraction params.keep as one matrix and encoded
 /// (moe::encode_expert_residual), and the experts restored from base and residuals (sparse::restore_dense).
+/// params.center and params.residual select the ablations instead (resmoe_plain_center, resmoe_other_residuals).
 inline compressed_layer resmoe_layer(const host_context& ctx, const compress_params& params,
                                      const moe_layer_weights_view& w, io::safetensors_dtype expert_dtype,
                                      const step_timer& timed, layer_report& report) {
