@@ -27,9 +27,9 @@ Appendix A.6 approximation error (mean over layers; per layer the mean over expe
 error of the design matrix, over d_ff).
 
 It prints the table and the claims, writes them between the markers of docs/papers.md (the ResMoE section) and
-draws docs/img/resmoe_ablations.png. One command, a few minutes on 2 cores:
+draws docs/img/resmoe_ablations.png. One command, about 7 minutes on 2 shared cores for both models:
 
-    /usr/bin/python3 bench/papers/resmoe.py --moecomp build/default/tools/cli/moecomp
+    /usr/bin/python3 bench/papers/resmoe.py --moecomp build/default/tools/cli/moecomp [--upcycled DIR]
 """
 import argparse
 import datetime
@@ -174,8 +174,7 @@ def main():
     except (OSError, StopIteration):
         pass
     footer = (f"Run {datetime.date.today()} on {cpu}, {a.threads} threads, {time.time() - started:.0f} s: "
-              f"`bench/papers/resmoe.py --keep {a.keep:g}" +
-              "".join(f" --upcycled {u}" for u in a.upcycled) + "`.")
+              f"`bench/papers/resmoe.py --keep {a.keep:g}` on {', '.join(results)}.")
     claims = [f"- {'holds' if ok else '**does not hold**'}: {text}" for text, ok in verdicts]
     print("\n".join(table))
     print("\n".join(claims))
