@@ -16,6 +16,7 @@
 #include "test_files.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -535,4 +536,325 @@ TEST_CASE("expert storage: a fused layout's distinct stacks (S x 2I x H, S x H x
     CHECK(a.w3 == original.w3);
     CHECK(a.w2 == original.w2);
   }
+}
+
+// ---- resmoe's ablations (issue 34): the centres, the svd and structured residuals, their rules and files ----
+
+namespace {
+
+/// Row i of expert e's design matrix [W1_i | W3_i | W2[:, i]] (nn.Linear layout, experts stacked).
+std::vector<double> design_row(const model::moe_layer_weights<float>& w, index_t e, index_t i) {
+  std::vector<double> row;
+  for (index_t j = 0; j < H; ++j) row.push_back(w.w1[static_cast<std::size_t>((e * I + i) * H + j)]);
+  for (index_t j = 0; j < H; ++j) row.push_back(w.w3[static_cast<std::size_t>((e * I + i) * H + j)]);
+  for (index_t j = 0; j < H; ++j) row.push_back(w.w2[static_cast<std::size_t>((e * H + j) * I + i)]);
+  return row;
+}
+
+/// The same row of the compressed layer's restored expert e.
+std::vector<double> restored_row(const compress::compressed_layer& c, index_t e, index_t i) {
+  std::vector<double> row;
+  for (index_t j = 0; j < H; ++j) row.push_back(c.w1[static_cast<std::size_t>((e * I + i) * H + j)]);
+  for (index_t j = 0; j < H; ++j) row.push_back(c.w3[static_cast<std::size_t>((e * I + i) * H + j)]);
+  for (index_t j = 0; j < H; ++j) row.push_back(c.w2[static_cast<std::size_t>((e * H + j) * I + i)]);
+  return row;
+}
+
+compress::compressed_layer resmoe_of(const opened& o, const model::moe_layer_weights<float>& w, compress::resmoe_center center,
+                                     compress::resmoe_residual residual, double keep, index_t rank,
+                                     compress::layer_report& report) {
+  compress::compress_params p;
+  p.method = compress::method::resmoe;
+  p.center = center;
+  p.residual = residual;
+  p.keep = keep;
+  p.rank = rank;
+  p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+  const moecomp::host_matrix<float> x = model::read_calibration_tokens(o.calibration, "layers.0.moe_input", H);
+  return compress::compress_layer(moecomp::host_context(1), p, o.m, w, x.const_view(), {}, report);
+}
+
+}  // namespace
+
+TEST_CASE("truncated_svd: a planted U diag(s) V^T, both orientations; the budget rank") {
+  // Orthonormal columns by Gram-Schmidt of random vectors; singular values 5, 3, 2, 1, 0.5 (distinct).
+  moecomp::random_generator rng(11);
+  auto orthonormal = [&](index_t n, index_t k) {
+    std::vector<std::vector<double>> q;
+    while (static_cast<index_t>(q.size()) < k) {
+      std::vector<double> v(static_cast<std::size_t>(n));
+      for (double& x : v) x = rng.uniform<double>(-1, 1);
+      for (const auto& b : q) {
+        double d = 0;
+        for (index_t i = 0; i < n; ++i) d += v[static_cast<std::size_t>(i)] * b[static_cast<std::size_t>(i)];
+        for (index_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] -= d * b[static_cast<std::size_t>(i)];
+      }
+      double norm = 0;
+      for (double x : v) norm += x * x;
+      for (double& x : v) x /= std::sqrt(norm);
+      q.push_back(v);
+    }
+    return q;
+  };
+  const std::vector<double> s = {5, 3, 2, 1, 0.5};
+  for (const auto& [m, n] : std::vector<std::pair<index_t, index_t>>{{7, 5}, {5, 9}}) {
+    const auto left = orthonormal(m, 5), right = orthonormal(n, 5);
+    moecomp::host_matrix<double> a(m, n, 0.0);
+    for (index_t r = 0; r < 5; ++r)
+      for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j)
+          a(i, j) += s[static_cast<std::size_t>(r)] * left[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] *
+                     right[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)];
+    for (index_t k : {index_t{1}, index_t{2}, index_t{5}}) {
+      moecomp::host_matrix<double> u(m, k), v(k, n);
+      const std::vector<double> sigma =
+          moecomp::sparse::truncated_svd<double>(moecomp::host_context(1), a.const_view(), k, u.view(), v.view());
+      REQUIRE(sigma.size() == 5);
+      for (std::size_t r = 0; r < 5; ++r) CHECK(sigma[r] == doctest::Approx(s[r]).epsilon(1e-12));
+      // u v is the sum of the k leading planted terms; v's rows are orthonormal.
+      double worst = 0;
+      for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) {
+          double want = 0, got = 0;
+          for (index_t r = 0; r < k; ++r) {
+            want += s[static_cast<std::size_t>(r)] * left[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] *
+                    right[static_cast<std::size_t>(r)][static_cast<std::size_t>(j)];
+            got += u(i, r) * v(r, j);
+          }
+          worst = std::max(worst, std::abs(want - got));
+        }
+      CHECK(worst < 1e-12);
+      for (index_t r = 0; r < k; ++r)
+        for (index_t q = 0; q < k; ++q) {
+          double d = 0;
+          for (index_t j = 0; j < n; ++j) d += v(r, j) * v(q, j);
+          CHECK(d == doctest::Approx(r == q ? 1.0 : 0.0).epsilon(1e-12));
+        }
+    }
+    moecomp::host_matrix<double> u(m, 6), v(6, n);
+    CHECK(thrown_message([&] { moecomp::sparse::truncated_svd<double>(moecomp::host_context(1), a.const_view(), 6, u.view(), v.view()); })
+              .find("rank must be 1 to min(rows, cols) = 5") != std::string::npos);
+  }
+  // ResMoE's Appendix A.5: k (rows + cols) <= keep rows cols, the largest such k.
+  CHECK(moecomp::sparse::svd_budget_rank(256, 384, 0.25) == 38);  // 24576 / 640 = 38.4
+  CHECK(moecomp::sparse::svd_budget_rank(6, 30, 0.25) == 1);      // 1.25
+  CHECK(moecomp::sparse::svd_budget_rank(6, 30, 0.01) == 1);      // at least 1
+  CHECK(moecomp::sparse::svd_budget_rank(4, 4, 1.0) == 2);
+}
+
+TEST_CASE("prune_rows: the rows of largest norm, ties to the lower row; Python's rounding of the count") {
+  // Row norms^2: 1, 9, 4, 9, 0, 4 -> keep 3: rows 1, 3 (norm 3) and 2 (norm 2, before row 5 on the tie).
+  moecomp::host_matrix<float> a(6, 2, 0.0f);
+  const float rows[6][2] = {{1, 0}, {0, 3}, {2, 0}, {3, 0}, {0, 0}, {0, -2}};
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 2; ++j) a(i, j) = rows[i][j];
+  moecomp::host_matrix<float> out(6, 2);
+  const auto kept = moecomp::sparse::prune_rows<float>(moecomp::host_context(1), 0.5, a.const_view(), out.view());
+  CHECK(kept == std::vector<index_t>{1, 2, 3});
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 2; ++j) CHECK(out(i, j) == (i >= 1 && i <= 3 ? a(i, j) : 0.0f));
+  CHECK(moecomp::sparse::rows_kept(256, 0.25) == 64);
+  CHECK(moecomp::sparse::rows_kept(6, 0.25) == 2);  // round(4.5) = 4 pruned (half to even)
+  CHECK(moecomp::sparse::rows_kept(10, 0.25) == 2);  // round(7.5) = 8 pruned
+}
+
+TEST_CASE("resmoe ablations: resolved_params' rank and refusals") {
+  const opened o(planted_model(false, false), "compress_resmoe_params");
+  compress::compress_params p;
+  p.method = compress::method::resmoe;
+  p.residual = compress::resmoe_residual::svd;
+  CHECK(compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32).rank == 1);  // floor(0.25 6 30 / 36)
+  p.keep = 0.5;
+  CHECK(compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32).rank == 2);  // floor(2.5)
+  p.rank = 7;
+  CHECK(thrown_message([&] { compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32); })
+            .find("params.rank must be 1 to 6 (the rank of a 6 x 30 design residual") != std::string::npos);
+  p.rank = 6;
+  CHECK(compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32).rank == 6);
+  p.residual = compress::resmoe_residual::prune;
+  CHECK(thrown_message([&] { compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32); })
+            .find("params.rank is for resmoe with params.residual svd, got rank 6 with residual prune") != std::string::npos);
+  compress::compress_params q;
+  q.method = compress::method::prune;
+  q.center = compress::resmoe_center::mean;
+  CHECK(thrown_message([&] { compress::resolved_params(q, o.m, true, io::safetensors_dtype::f32); })
+            .find("params.center is for resmoe only, got mean with prune") != std::string::npos);
+  q.center = compress::resmoe_center::barycenter;
+  q.residual = compress::resmoe_residual::structured;
+  CHECK(thrown_message([&] { compress::resolved_params(q, o.m, true, io::safetensors_dtype::f32); })
+            .find("params.residual is for resmoe only, got structured with prune") != std::string::npos);
+  CHECK(compress::parse_resmoe_center("mean") == compress::resmoe_center::mean);
+  CHECK(thrown_message([] { compress::parse_resmoe_center("median"); }) ==
+        "center: expected barycenter, mean or none, got 'median'");
+  CHECK(compress::parse_resmoe_residual("svd") == compress::resmoe_residual::svd);
+  CHECK(thrown_message([] { compress::parse_resmoe_residual("lowrank"); }) ==
+        "residual: expected prune, svd or structured, got 'lowrank'");
+}
+
+TEST_CASE("resmoe ablations: the mean centre, UP, SP and a full-rank SVD on planted experts") {
+  const opened o(planted_model(false, false), "compress_resmoe_ablations");
+  const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, 0);
+  SUBCASE("mean: the base is the unaligned mean, the permutations identity, keep 1 restores exactly") {
+    compress::layer_report report;
+    const auto c = resmoe_of(o, w, compress::resmoe_center::mean, compress::resmoe_residual::prune, 1.0, 0, report);
+    REQUIRE(c.resmoe);
+    for (index_t i = 0; i < I; ++i) {
+      std::vector<double> mean(3 * H, 0.0);
+      for (index_t e = 0; e < E; ++e) {
+        const auto row = design_row(w, e, i);
+        for (index_t j = 0; j < 3 * H; ++j) mean[static_cast<std::size_t>(j)] += row[static_cast<std::size_t>(j)];
+        CHECK(c.resmoe->permutations(e, i) == i);
+      }
+      for (index_t j = 0; j < H; ++j) {
+        CHECK(c.resmoe->w1[static_cast<std::size_t>(i * H + j)] == static_cast<float>(mean[static_cast<std::size_t>(j)] / E));
+        CHECK(c.resmoe->w2[static_cast<std::size_t>(j * I + i)] == static_cast<float>(mean[static_cast<std::size_t>(2 * H + j)] / E));
+      }
+    }
+    CHECK(report.resmoe_approximation_error == 0.0);
+    CHECK(report.center == "mean");
+    CHECK(report.output_relative_error < 1e-6);
+  }
+  SUBCASE("none + prune (UP): each expert magnitude-pruned alone, kept entries exact") {
+    compress::layer_report report;
+    const auto c = resmoe_of(o, w, compress::resmoe_center::none, compress::resmoe_residual::prune, 0.25, 0, report);
+    double squared = 0;
+    for (index_t e = 0; e < E; ++e) {
+      std::vector<double> all, kept;
+      index_t nonzero = 0;
+      for (index_t i = 0; i < I; ++i) {
+        const auto a = design_row(w, e, i), b = restored_row(c, e, i);
+        for (std::size_t j = 0; j < a.size(); ++j) {
+          all.push_back(std::abs(a[j]));
+          if (b[j] != 0) {
+            ++nonzero;
+            CHECK(b[j] == a[j]);
+            kept.push_back(std::abs(a[j]));
+          } else {
+            squared += a[j] * a[j];
+          }
+        }
+      }
+      CHECK(nonzero == 180 - 135);  // 180 entries, round(0.75 x 180) = 135 pruned
+      std::sort(all.begin(), all.end());
+      CHECK(*std::min_element(kept.begin(), kept.end()) == all[135]);  // the 45 largest magnitudes
+    }
+    CHECK(report.resmoe_approximation_error == doctest::Approx(squared / E / I).epsilon(1e-9));
+  }
+  SUBCASE("none + structured (SP): each expert's 2 neurons of largest design-row norm, the rest zero") {
+    compress::layer_report report;
+    const auto c = resmoe_of(o, w, compress::resmoe_center::none, compress::resmoe_residual::structured, 0.25, 0, report);
+    double squared = 0;
+    for (index_t e = 0; e < E; ++e) {
+      std::vector<std::pair<double, index_t>> norms;
+      for (index_t i = 0; i < I; ++i) {
+        double n = 0;
+        for (double x : design_row(w, e, i)) n += x * x;
+        norms.push_back({-n, i});
+      }
+      std::sort(norms.begin(), norms.end());
+      for (index_t i = 0; i < I; ++i) {
+        const bool kept = i == norms[0].second || i == norms[1].second;  // rows_kept(6, 0.25) = 2
+        const auto a = design_row(w, e, i), b = restored_row(c, e, i);
+        for (std::size_t j = 0; j < a.size(); ++j) {
+          CHECK(b[j] == (kept ? a[j] : 0.0));
+          if (!kept) squared += a[j] * a[j];
+        }
+      }
+    }
+    CHECK(report.resmoe_approximation_error == doctest::Approx(squared / E / I).epsilon(1e-9));
+  }
+  SUBCASE("barycenter + svd at full rank restores the experts; at rank 1 the error is the tail's") {
+    compress::layer_report full, one;
+    const auto c = resmoe_of(o, w, compress::resmoe_center::barycenter, compress::resmoe_residual::svd, 0.25, 6, full);
+    for (index_t e = 0; e < E; ++e)
+      for (index_t i = 0; i < I; ++i) {
+        const auto a = design_row(w, e, i), b = restored_row(c, e, i);
+        for (std::size_t j = 0; j < a.size(); ++j) CHECK(b[j] == doctest::Approx(a[j]).epsilon(1e-5));
+      }
+    CHECK(full.resmoe_approximation_error < 1e-10);
+    CHECK(full.rank == 6);
+    CHECK(full.residual_bytes[0] == (6 + 30) * 6 * 4);  // fp32 factors
+    REQUIRE(c.resmoe->svd_u.size() == 8);
+    CHECK(c.resmoe->svd_u[0].rows() == I);
+    CHECK(c.resmoe->svd_v[0].cols() == 30);
+    // Rank 1: the error of each expert is the sum of its residual's squared singular values past the first.
+    const auto c1 = resmoe_of(o, w, compress::resmoe_center::barycenter, compress::resmoe_residual::svd, 0.25, 1, one);
+    double tail = 0;
+    for (index_t e = 0; e < E; ++e) {
+      const moecomp::moe::ffn_expert_view<float> base = [&] {
+        moecomp::moe::ffn_expert_view<float> b;
+        b.w1 = moecomp::matrix_view<const float>(c1.resmoe->w1.data(), I, H, H);
+        b.w3 = moecomp::matrix_view<const float>(c1.resmoe->w3.data(), I, H, H);
+        b.w2 = moecomp::matrix_view<const float>(c1.resmoe->w2.data(), H, I, I);
+        return b;
+      }();
+      const auto d = moecomp::moe::expert_design_residual<float>(moecomp::host_context(1), base, w.experts_view().expert(e),
+                                                        c1.resmoe->permutations.const_view().row(e));
+      moecomp::host_matrix<double> u(I, I), v(I, 30);
+      const auto sigma = moecomp::sparse::truncated_svd<float>(moecomp::host_context(1), d.const_view(), I, u.view(), v.view());
+      for (std::size_t r = 1; r < sigma.size(); ++r) tail += sigma[r] * sigma[r];
+    }
+    CHECK(one.resmoe_approximation_error == doctest::Approx(tail / E / I).epsilon(1e-5));
+    CHECK(one.resmoe_approximation_error > full.resmoe_approximation_error);
+  }
+}
+
+TEST_CASE("resmoe ablations: what compress_checkpoint writes for each centre and residual") {
+  const opened o(planted_model(false, false), "compress_resmoe_files");
+  for (const auto& [center, residual] : std::vector<std::pair<compress::resmoe_center, compress::resmoe_residual>>{
+           {compress::resmoe_center::none, compress::resmoe_residual::prune},
+           {compress::resmoe_center::mean, compress::resmoe_residual::svd},
+           {compress::resmoe_center::barycenter, compress::resmoe_residual::structured}}) {
+    compress::compress_params p;
+    p.method = compress::method::resmoe;
+    p.center = center;
+    p.residual = residual;
+    p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+    temp_dir out(std::string("compress_resmoe_files_") + compress::to_string(center));
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    const compress::checkpoint_report r =
+        compress::compress_checkpoint(moecomp::host_context(1), p, o.checkpoint, o.m,
+                                      compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+    REQUIRE(r.ok());
+    const io::safetensors_checkpoint written = io::open_safetensors_checkpoint(out.path.string());
+    const std::string q = prefix(0) + "resmoe.";
+    CHECK(written.contains(q + "base.w1.weight") == (center != compress::resmoe_center::none));
+    CHECK(written.contains(q + "permutations") == (center == compress::resmoe_center::barycenter));
+    CHECK(written.contains(q + "experts.3.w3.residual") == (residual != compress::resmoe_residual::svd));
+    if (residual == compress::resmoe_residual::svd) {
+      CHECK(written.info(q + "experts.3.svd.u").shape == std::vector<index_t>{I, 1});
+      CHECK(written.info(q + "experts.3.svd.v").shape == std::vector<index_t>{1, 30});
+    }
+    // bytes_written: the layer's tensors as written (the router and the method's tensors).
+    double bytes = 0;
+    for (const std::string& n : written.names())
+      if (n.rfind(prefix(0), 0) == 0) bytes += static_cast<double>(written.info(n).bytes());
+    CHECK(r.layers[0].bytes_written == bytes);
+    CHECK(r.config_json.find(std::string("\"center\": \"") + compress::to_string(center) + "\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("resmoe ablations: svd residuals are the same bytes at 1 and 2 threads") {
+  const opened o(planted_model(false, false), "compress_resmoe_threads");
+  compress::compress_params p;
+  p.method = compress::method::resmoe;
+  p.residual = compress::resmoe_residual::svd;
+  p.rank = 3;
+  p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+  std::map<int, std::string> shards;
+  for (int threads : {1, 2}) {
+    temp_dir out("compress_resmoe_threads_" + std::to_string(threads));
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    const compress::checkpoint_report r =
+        compress::compress_checkpoint(moecomp::host_context(threads), p, o.checkpoint, o.m,
+                                      compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+    REQUIRE(r.ok());
+    std::vector<std::string> files;  // in name order: a directory's listing order is not
+    for (const auto& entry : std::filesystem::directory_iterator(out.path))
+      if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
+    std::sort(files.begin(), files.end());
+    for (const std::string& f : files) shards[threads] += moecomp_test::read_file(f);
+  }
+  CHECK(!shards[1].empty());
+  CHECK(shards[1] == shards[2]);
 }

@@ -111,6 +111,9 @@ void refuse_other_methods_options(const arguments& args, compress::method how) {
       {"--values", false, {m::resmoe}, "resmoe only"},
       {"--max-iter", false, {m::resmoe, m::moefy, m::sadmoe}, "resmoe, moefy and sadmoe only"},
       {"--restore-dense", true, {m::resmoe}, "resmoe only"},
+      {"--center", false, {m::resmoe}, "resmoe only"},  // resmoe's ablations
+      {"--residual", false, {m::resmoe}, "resmoe only"},
+      {"--rank", false, {m::resmoe}, "resmoe only"},
       {"--top-k", false, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
       {"--n-init", false, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
       {"--expert-size", false, {m::moefy, m::sadmoe}, "moefy and sadmoe only"},
@@ -162,6 +165,10 @@ compress::compress_params params_from_options(const arguments& args, compress::m
   if (args.value("--values")) p.values = parse_option(args, "--values", moecomp::sparse::parse_value_dtype);
   p.max_iterations = args.integer("--max-iter", 0, 1, std::numeric_limits<std::int32_t>::max());
   p.restore_dense = args.flag("--restore-dense");
+  // resmoe's ablations
+  if (args.value("--center")) p.center = parse_option(args, "--center", compress::parse_resmoe_center);
+  if (args.value("--residual")) p.residual = parse_option(args, "--residual", compress::parse_resmoe_residual);
+  p.rank = args.integer("--rank", 0, 1, std::numeric_limits<std::int32_t>::max());
   p.top_k = args.integer("--top-k", 0, 1, std::numeric_limits<std::int32_t>::max());
   p.restarts = args.integer("--n-init", 10, 1, std::numeric_limits<std::int32_t>::max());
   if (args.value("--expert-size") && args.value("--experts"))
@@ -203,6 +210,9 @@ std::string name_the_compress_option(const std::string& message) {
                                    {"--keep", "params.keep"},
                                    {"--format", "params.format"},
                                    {"--restore-dense", "params.restore_dense"},
+                                   {"--center", "params.center"},
+                                   {"--residual", "params.residual"},
+                                   {"--rank", "params.rank"},
                                    {"--max-iter", "params.max_iterations"},
                                    {"--top-k", "params.top_k"},
                                    {"--n-init", "params.restarts"},
@@ -464,7 +474,8 @@ const command_registration compress_registration{command{
      "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy|sadmoe [--experts N] [--calibration FILE] "
      "[--features F] [--linkage L] [--merge M] [--align A] [--similarity S] [--criterion C] [--samples S] [--global] "
      "[--seed S] [--layouts DIR] "
-     "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] [--expert-storage S] "
+     "[--keep F] [--center C] [--residual R] [--rank K] [--format F] [--values V] [--max-iter N] [--restore-dense] "
+     "[--top-k K] [--n-init N] [--expert-storage S] "
      "[--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
@@ -495,6 +506,11 @@ const command_registration compress_registration{command{
       {"--seed", true, "seed of moecomp's generator (token caps, partition restarts; default 0)"},
       {"--layouts", true, "DIR: read the checkpoint layouts from DIR/*.json instead of the built-in ones"},
       {"--keep", true, "resmoe: the fraction of each expert's design residual kept, (0, 1] (default 0.25, ResMoE's)"},
+      {"--center", true, "resmoe: barycenter|mean|none: the base expert (default barycenter; mean: unaligned "
+                         "average; none: each expert compressed alone)"},
+      {"--residual", true, "resmoe: prune|svd|structured: each design residual's compression (default prune)"},
+      {"--rank", true, "resmoe --residual svd: the factors' rank, 1 to min(d_ff, width) (default: the parameters "
+                       "of --keep, floor(keep rows cols / (rows + cols)))"},
       {"--format", true, "resmoe: the residuals' format csr16|bitmap|auto (default auto: the smallest)"},
       {"--values", true, "resmoe: the residuals' values fp32|fp16|bf16 (default: the experts' dtype)"},
       {"--max-iter", true, "resmoe: barycenter iterations (default 100, POT's and ResMoE's); moefy: k-means iterations (default 300)"},

@@ -189,6 +189,52 @@ inline expert_storage parse_expert_storage(std::string_view name) {
                "'");
 }
 
+// ---- resmoe's ablations (ResMoE's Tables 1, 4, 5; issue 34) ----
+
+/// resmoe's centre: the Wasserstein barycenter (ResMoE), the element-wise mean of the experts without neuron
+/// alignment (its "Avg" ablation; identity permutations), or none (each expert compressed alone: with
+/// resmoe_residual::prune ResMoE's UP baseline, with structured its SP baseline).
+enum class resmoe_center { barycenter, mean, none };
+
+inline const char* to_string(resmoe_center c) noexcept {
+  switch (c) {
+    case resmoe_center::barycenter: return "barycenter";
+    case resmoe_center::mean: return "mean";
+    case resmoe_center::none: return "none";
+  }
+  return "unknown";
+}
+
+/// Parses barycenter, mean or none; invalid_argument otherwise.
+inline resmoe_center parse_resmoe_center(std::string_view name) {
+  for (resmoe_center c : {resmoe_center::barycenter, resmoe_center::mean, resmoe_center::none})
+    if (name == to_string(c)) return c;
+  MOECOMP_FAIL(error_kind::invalid_argument, "center: expected barycenter, mean or none, got '", std::string(name), "'");
+}
+
+/// resmoe's compression of each expert's design residual (one matrix, d_ff x (2 or 3) d): magnitude pruning to
+/// `keep` of its entries (ResMoE), its truncated SVD at the same parameter count (sparse::svd_budget_rank, or
+/// `rank`), or structured pruning: the `keep` fraction of its rows (neurons) with the largest l2 norm.
+enum class resmoe_residual { prune, svd, structured };
+
+inline const char* to_string(resmoe_residual r) noexcept {
+  switch (r) {
+    case resmoe_residual::prune: return "prune";
+    case resmoe_residual::svd: return "svd";
+    case resmoe_residual::structured: return "structured";
+  }
+  return "unknown";
+}
+
+/// Parses prune, svd or structured; invalid_argument otherwise.
+inline resmoe_residual parse_resmoe_residual(std::string_view name) {
+  for (resmoe_residual r : {resmoe_residual::prune, resmoe_residual::svd, resmoe_residual::structured})
+    if (name == to_string(r)) return r;
+  MOECOMP_FAIL(error_kind::invalid_argument, "residual: expected prune, svd or structured, got '", std::string(name), "'");
+}
+
+// ---- end of resmoe's ablations ----
+
 /// Every tunable of a compression. A field left at its "auto" value (0, automatic, nullopt) is settled for the
 /// model and its calibration tokens by resolved_params, which also checks every rule between the fields once,
 /// before any layer is loaded.
@@ -248,6 +294,13 @@ struct compress_params {
   /// hc_smoe: how the checkpoint stores the merged experts (expert_storage above). distinct by default: the id
   /// map is the method's point, and writing its repeats would make the output as large as the input.
   compress::expert_storage expert_storage = compress::expert_storage::distinct;
+  // ---- resmoe's ablations (issue 34) ----
+  /// resmoe: the centre and the residual's compression (above); svd's rank (0: sparse::svd_budget_rank of the
+  /// design residual at `keep`; at most min(d_ff, (2 or 3) d)).
+  resmoe_center center = resmoe_center::barycenter;
+  resmoe_residual residual = resmoe_residual::prune;
+  index_t rank = 0;
+  // ---- end of resmoe's ablations ----
 
   static gating::router_training_params default_router() {
     gating::router_training_params r;
@@ -286,6 +339,13 @@ struct compressed_layer {
     std::vector<float> w1, w3, w2;
     host_matrix<index_t> permutations;
     std::vector<moe::expert_residual> residuals;
+    // ---- resmoe's ablations: what the writer stores (no base with center none, no permutations unless
+    // barycenter) and, for svd, each expert's factors instead of residuals (u: d_ff x rank = U_k S_k, v: rank x
+    // design width = V_k^T, rounded to `values`).
+    resmoe_center center = resmoe_center::barycenter;
+    resmoe_residual residual = resmoe_residual::prune;
+    sparse::value_dtype values = sparse::value_dtype::float32;
+    std::vector<host_matrix<float>> svd_u, svd_v;
   };
   std::shared_ptr<resmoe_part> resmoe;
 };
@@ -315,6 +375,8 @@ struct layer_report {
   moecomp::status barycenter_status = moecomp::status::ok;
   double barycenter_objective = 0;
   double resmoe_approximation_error = 0;          ///< ResMoE's Appendix A.6 error over the layer
+  std::string center, residual;                   ///< resmoe's ablations: to_string of params.center, .residual
+  index_t rank = 0;                               ///< svd: the factors' rank
   // every method:
   double output_relative_error = std::numeric_limits<double>::quiet_NaN();  ///< ||Y - Y'|| / ||Y|| (NaN: no tokens)
   index_t calibration_tokens = 0;

@@ -9,6 +9,8 @@
 //     whole design matrix; column_block with block d prunes each piece separately), then split back into the
 //     three residuals in nn.Linear layout (W1: d_ff x d, W3: d_ff x d, W2: d x d_ff) and encoded by
 //     params.encode. Reports the pruning, the bytes and the expert's squared approximation error (Appendix A.6).
+//   expert_design_residual / encode_design_residual: the two halves of encode_expert_residual (the design
+//     residual alone; a design residual pruned by any rule split and encoded), for ResMoE's ablations.
 //   shared_base_ffn_forward: y = W2_e (act(W1_e x) * (W3_e x)) with W_e = B + R_e, for the rows of each expert
 //     (grouped by expert_offsets, as shared_base_apply), by three shared-base applies: every base read once
 //     per call, each residual only for the experts with rows.
@@ -68,6 +70,78 @@ void check_bias_free(const char* fn, const char* name, const ffn_expert_view<W>&
 
 }  // namespace detail
 
+// ---- the design residual and its encoding, apart (ResMoE's ablations compress it other ways) ----
+
+namespace detail {
+
+/// D(p(i), :) = [W1(i, :) | W3(i, :) | W2(:, i)^T] - the base's row p(i), in A (no checks: the callers check).
+template <class W, class A>
+void fill_design_residual(const host_context& ctx, const ffn_expert_view<W>& base, const ffn_expert_view<W>& expert,
+                          vector_view<const index_t> permutation, matrix_view<A> fv) {
+  const index_t d_ff = base.d_ff(), d = base.d_model(), pieces = base.gated() ? 3 : 2;
+  moecomp::detail::parallel_for(d_ff, ctx.threads(), [&](index_t i, int) {
+    const index_t s = permutation.size() != 0 ? permutation[i] : i;
+    A* row = fv.row_ptr(s);
+    for (index_t j = 0; j < d; ++j) row[j] = convert_to<A>(expert.w1(i, j)) - convert_to<A>(base.w1(s, j));
+    if (base.gated())
+      for (index_t j = 0; j < d; ++j) row[d + j] = convert_to<A>(expert.w3(i, j)) - convert_to<A>(base.w3(s, j));
+    A* down = row + (pieces - 1) * d;
+    for (index_t j = 0; j < d; ++j) down[j] = convert_to<A>(expert.w2(j, i)) - convert_to<A>(base.w2(j, s));
+  });
+}
+
+}  // namespace detail
+
+/// The expert's design residual alone (d_ff x (2 or 3) d, base's neuron order; see encode_expert_residual),
+/// with encode_expert_residual's checks.
+template <class W>
+host_matrix<std::conditional_t<std::is_same_v<W, double>, double, float>> expert_design_residual(
+    const host_context& ctx, const ffn_expert_view<W>& base, const ffn_expert_view<W>& expert,
+    vector_view<const index_t> permutation) {
+  constexpr const char* fn = "expert_design_residual";
+  using A = std::conditional_t<std::is_same_v<W, double>, double, float>;
+  moecomp::detail::check_ffn_expert(fn, base);
+  moecomp::detail::check_ffn_expert(fn, expert);
+  detail::check_bias_free(fn, "base", base);
+  detail::check_bias_free(fn, "expert", expert);
+  const index_t d_ff = base.d_ff(), d = base.d_model();
+  MOECOMP_EXPECTS(expert.d_ff() == d_ff && expert.d_model() == d && expert.gated() == base.gated(), fn,
+                  ": expert must have the base's shape (d_ff ", d_ff, ", d ", d, base.gated() ? ", gated" : ", not gated",
+                  "), got d_ff ", expert.d_ff(), ", d ", expert.d_model(), expert.gated() ? ", gated" : ", not gated");
+  MOECOMP_EXPECTS(permutation.size() == 0 || permutation.size() == d_ff, fn, ": permutation must be empty or have ",
+                  d_ff, " entries (one per neuron), got ", permutation.size());
+  moecomp::detail::check_permutation(fn, "permutation", permutation, d_ff);
+  host_matrix<A> full(d_ff, (base.gated() ? 3 : 2) * d);
+  detail::fill_design_residual<W, A>(ctx, base, expert, permutation, full.view());
+  return full;
+}
+
+/// Splits a (pruned) design residual d_ff x (2 or 3) d back into W1's, W3's (gated) and W2's residuals in
+/// nn.Linear layout and encodes each by `params` into out; returns their bytes.
+template <class A>
+std::uint64_t encode_design_residual(const host_context& ctx, const sparse::encode_params& params,
+                                     moecomp::detail::type_identity_t<matrix_view<const A>> pruned, index_t d, bool gated,
+                                     expert_residual& out) {
+  const index_t pieces = gated ? 3 : 2, d_ff = pruned.rows();
+  MOECOMP_EXPECTS(pruned.cols() == pieces * d, "encode_design_residual: pruned must have ", pieces * d, " columns, got ",
+                  pruned.cols());
+  const auto piece = [&](index_t k) {
+    return matrix_view<const A>(pruned.data() + k * d, d_ff, d, pruned.row_stride());
+  };
+  sparse::encode_sparse<A>(ctx, params, piece(0), out.w1);
+  if (gated) {
+    sparse::encode_sparse<A>(ctx, params, piece(1), out.w3);
+  } else {
+    out.w3 = sparse::sparse_matrix();
+  }
+  host_matrix<A> down(d, d_ff);  // W2's residual back in nn.Linear layout
+  const matrix_view<const A> down_t = piece(pieces - 1);
+  for (index_t i = 0; i < d_ff; ++i)
+    for (index_t j = 0; j < d; ++j) down(j, i) = down_t(i, j);
+  sparse::encode_sparse<A>(ctx, params, down.const_view(), out.w2);
+  return out.w1.bytes() + out.w3.bytes() + out.w2.bytes();
+}
+
 /// Encodes `expert` against `base` (see above) into out. Throws invalid_argument for shapes that differ, biases,
 /// a bad permutation or bad parameters.
 template <class W>
@@ -99,36 +173,12 @@ expert_residual_info encode_expert_residual(const host_context& ctx, const spars
   if (params.encode.format == sparse::sparse_format::two_of_four)
     MOECOMP_EXPECTS(params.prune.scope == sparse::prune_scope::n_of_m && params.prune.m == 4 && params.prune.n <= 2,
                     fn, ": params.encode.format 2:4 needs params.prune to be N:M pruning with m = 4 and n <= 2");
-  // The design residual D(p(i), :) = [W1(i, :) | W3(i, :) | W2(:, i)^T] - the base's row p(i).
   host_matrix<A> full(d_ff, width), pruned(d_ff, width);
-  matrix_view<A> fv = full.view();
-  moecomp::detail::parallel_for(d_ff, ctx.threads(), [&](index_t i, int) {
-    const index_t s = permutation.size() != 0 ? permutation[i] : i;
-    A* row = fv.row_ptr(s);
-    for (index_t j = 0; j < d; ++j) row[j] = convert_to<A>(expert.w1(i, j)) - convert_to<A>(base.w1(s, j));
-    if (base.gated())
-      for (index_t j = 0; j < d; ++j) row[d + j] = convert_to<A>(expert.w3(i, j)) - convert_to<A>(base.w3(s, j));
-    A* down = row + (pieces - 1) * d;
-    for (index_t j = 0; j < d; ++j) down[j] = convert_to<A>(expert.w2(j, i)) - convert_to<A>(base.w2(j, s));
-  });
+  detail::fill_design_residual<W, A>(ctx, base, expert, permutation, full.view());
   expert_residual_info info;
   info.pruned = sparse::prune_magnitude<A>(ctx, params.prune, full.const_view(), pruned.view());
   info.squared_error = sparse::stored_squared_error<A>(ctx, full.const_view(), pruned.const_view(), params.encode.values);
-  const auto piece = [&](index_t k) {
-    return matrix_view<const A>(pruned.data() + k * d, d_ff, d, width);
-  };
-  sparse::encode_sparse<A>(ctx, params.encode, piece(0), out.w1);
-  if (base.gated()) {
-    sparse::encode_sparse<A>(ctx, params.encode, piece(1), out.w3);
-  } else {
-    out.w3 = sparse::sparse_matrix();
-  }
-  host_matrix<A> down(d, d_ff);  // W2's residual back in nn.Linear layout
-  const matrix_view<const A> down_t = piece(pieces - 1);
-  for (index_t i = 0; i < d_ff; ++i)
-    for (index_t j = 0; j < d; ++j) down(j, i) = down_t(i, j);
-  sparse::encode_sparse<A>(ctx, params.encode, down.const_view(), out.w2);
-  info.bytes = out.w1.bytes() + out.w3.bytes() + out.w2.bytes();
+  info.bytes = encode_design_residual<A>(ctx, params.encode, pruned.const_view(), d, base.gated(), out);
   info.bits_per_weight = 8.0 * static_cast<double>(info.bytes) / static_cast<double>(d_ff * width);
   return info;
 }

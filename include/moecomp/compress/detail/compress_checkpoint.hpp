@@ -129,16 +129,34 @@ inline std::vector<owned_tensor> resmoe_layer_tensors(const std::string& prefix,
     out.push_back({base + name, dtype, std::move(shape), {}});
     io::append_encoded(values.data(), values.size(), dtype, out.back().bytes);
   };
-  dense("base.w1.weight", r.w1, {I, H});
-  if (w.gated) dense("base.w3.weight", r.w3, {I, H});
-  dense("base.w2.weight", r.w2, {H, I});
-  owned_tensor perms{base + "permutations", io::safetensors_dtype::i32, {E, I}, {}};
-  perms.bytes.resize(static_cast<std::size_t>(E * I) * 4);
-  for (index_t k = 0; k < E * I; ++k) {
-    const auto v = static_cast<std::int32_t>(r.permutations.data()[k]);
-    std::memcpy(perms.bytes.data() + 4 * k, &v, 4);
+  // resmoe's ablations: center none stores no base (it is zero), mean no permutations (identity).
+  if (r.center != resmoe_center::none) {
+    dense("base.w1.weight", r.w1, {I, H});
+    if (w.gated) dense("base.w3.weight", r.w3, {I, H});
+    dense("base.w2.weight", r.w2, {H, I});
   }
-  out.push_back(std::move(perms));
+  if (r.center == resmoe_center::barycenter) {
+    owned_tensor perms{base + "permutations", io::safetensors_dtype::i32, {E, I}, {}};
+    perms.bytes.resize(static_cast<std::size_t>(E * I) * 4);
+    for (index_t k = 0; k < E * I; ++k) {
+      const auto v = static_cast<std::int32_t>(r.permutations.data()[k]);
+      std::memcpy(perms.bytes.data() + 4 * k, &v, 4);
+    }
+    out.push_back(std::move(perms));
+  }
+  if (r.residual == resmoe_residual::svd) {  // each expert's factors, dense in the residual values' dtype
+    const io::safetensors_dtype factors = storage_of(r.values);
+    for (index_t e = 0; e < E; ++e) {
+      const host_matrix<float>& u = r.svd_u[static_cast<std::size_t>(e)];
+      const host_matrix<float>& v = r.svd_v[static_cast<std::size_t>(e)];
+      const std::string name = base + "experts." + std::to_string(e) + ".";
+      out.push_back({name + "svd.u", factors, {u.rows(), u.cols()}, {}});
+      io::append_encoded(u.data(), static_cast<std::size_t>(u.size()), factors, out.back().bytes);
+      out.push_back({name + "svd.v", factors, {v.rows(), v.cols()}, {}});
+      io::append_encoded(v.data(), static_cast<std::size_t>(v.size()), factors, out.back().bytes);
+    }
+    return out;
+  }
   for (index_t e = 0; e < E; ++e) {
     const auto& res = r.residuals[static_cast<std::size_t>(e)];
     const std::pair<const char*, const sparse::sparse_matrix*> pieces[] = {{"w1", &res.w1}, {"w3", &res.w3}, {"w2", &res.w2}};
@@ -381,6 +399,9 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     result.expert_storage = to_string(params.expert_storage);
   }
   if (params.method == method::resmoe) {
+    record["center"] = to_string(params.center);  // resmoe's ablations
+    record["residual"] = to_string(params.residual);
+    if (params.residual == resmoe_residual::svd) record["rank"] = params.rank;
     record["keep"] = params.keep;
     record["values"] = sparse::to_string(*params.values);
     record["format"] = sparse::to_string(params.format);

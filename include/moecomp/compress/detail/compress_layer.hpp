@@ -5,6 +5,7 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/core/detail/checks.hpp>
+#include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/random.hpp>
@@ -26,6 +27,7 @@
 #include <moecomp/similarity/cka.hpp>
 #include <moecomp/similarity/partition.hpp>
 #include <moecomp/sparse/residual.hpp>
+#include <moecomp/sparse/low_rank.hpp>
 #include <moecomp/align/align.hpp>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -212,10 +215,118 @@ inline compressed_layer merge_layer(const host_context& ctx, const moe_layer_wei
   return out;
 }
 
+// ---- resmoe's ablations (issue 34): the plain centres and the svd / structured residuals ----
+
+/// center mean: the element-wise mean of the E experts' design matrices (E*I x width, experts stacked), in double,
+/// with identity permutations; none: zeros.
+inline void resmoe_plain_center(resmoe_center center, matrix_view<const float> design, index_t E,
+                                matrix_view<float> out, matrix_view<index_t> permutations) {
+  const index_t I = out.rows(), width = out.cols();
+  for (index_t e = 0; e < E; ++e)
+    for (index_t i = 0; i < I; ++i) permutations(e, i) = i;
+  for (index_t i = 0; i < I; ++i)
+    for (index_t j = 0; j < width; ++j) {
+      double sum = 0;
+      if (center == resmoe_center::mean)
+        for (index_t e = 0; e < E; ++e) sum += design(e * I + i, j);
+      out(i, j) = static_cast<float>(sum / static_cast<double>(E));
+    }
+}
+
+inline io::safetensors_dtype storage_of(sparse::value_dtype v) noexcept {
+  return v == sparse::value_dtype::bfloat16  ? io::safetensors_dtype::bf16
+         : v == sparse::value_dtype::float16 ? io::safetensors_dtype::f16
+                                             : io::safetensors_dtype::f32;
+}
+
+/// The svd and structured residuals of every expert: the design residual (moe::expert_design_residual) either
+/// replaced by its rank-params.rank truncated SVD (factors rounded to the values dtype; `stored` gets each
+/// product for the restore) or pruned to its sparse::rows_kept rows of largest norm and encoded as prune's are.
+/// squared_errors: ||D - stored||_F^2 per expert (Appendix A.6), with the rounding of what is stored.
+inline void resmoe_other_residuals(const host_context& ctx, const compress_params& params, const moe::ffn_expert_view<float>& base,
+                                   const moe::ffn_expert_stack_view<float>& stack, compressed_layer::resmoe_part& r,
+                                   std::vector<host_matrix<float>>& stored, std::vector<double>& squared_errors,
+                                   layer_report& report) {
+  const index_t E = stack.experts(), H = stack.d_model(), I = stack.d_ff(), width = (stack.gated() ? 3 : 2) * H;
+  sparse::encode_params ep;
+  ep.format = params.format;
+  ep.values = *params.values;
+  if (params.residual == resmoe_residual::structured) {
+    for (index_t e = 0; e < E; ++e) {
+      const host_matrix<float> full =
+          moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e));
+      host_matrix<float> pruned(I, width);
+      sparse::prune_rows<float>(ctx, params.keep, full.const_view(), pruned.view());
+      squared_errors.push_back(sparse::stored_squared_error<float>(ctx, full.const_view(), pruned.const_view(), ep.values));
+      moe::expert_residual& res = r.residuals[static_cast<std::size_t>(e)];
+      report.residual_bytes.push_back(moe::encode_design_residual<float>(ctx, ep, pruned.const_view(), H, stack.gated(), res));
+      report.formats.push_back({sparse::to_string(res.w1.format()), stack.gated() ? sparse::to_string(res.w3.format()) : "-",
+                                sparse::to_string(res.w2.format())});
+    }
+    return;
+  }
+  // svd: the experts' factorisations (serial each, so deterministic) run side by side, `threads` at a time.
+  const index_t k = params.rank, chunk = std::max(1, ctx.threads());
+  r.svd_u.resize(static_cast<std::size_t>(E));
+  r.svd_v.resize(static_cast<std::size_t>(E));
+  stored.resize(static_cast<std::size_t>(E));
+  squared_errors.resize(static_cast<std::size_t>(E));
+  for (index_t first = 0; first < E; first += chunk) {
+    const index_t count = std::min(chunk, E - first);
+    std::vector<host_matrix<float>> full;
+    for (index_t e = first; e < first + count; ++e)
+      full.push_back(moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e)));
+    std::vector<std::exception_ptr> failed(static_cast<std::size_t>(count));
+    moecomp::detail::parallel_for(count, ctx.threads(), [&](index_t n, int) {
+      try {
+        const index_t e = first + n;
+        const host_matrix<float>& d = full[static_cast<std::size_t>(n)];
+        host_matrix<double> u(I, k), v(k, width);
+        sparse::truncated_svd<float>(host_context(1), d.const_view(), k, u.view(), v.view());
+        host_matrix<float> uf(I, k), vf(k, width);
+        for (index_t i = 0; i < I * k; ++i) uf.data()[i] = static_cast<float>(u.data()[i]);
+        for (index_t i = 0; i < k * width; ++i) vf.data()[i] = static_cast<float>(v.data()[i]);
+        io::round_to_storage(uf.data(), static_cast<std::size_t>(I * k), storage_of(ep.values));
+        io::round_to_storage(vf.data(), static_cast<std::size_t>(k * width), storage_of(ep.values));
+        host_matrix<float> product(I, width);
+        double squared = 0;
+        std::vector<double> row(static_cast<std::size_t>(width));
+        for (index_t i = 0; i < I; ++i) {
+          std::fill(row.begin(), row.end(), 0.0);
+          for (index_t q = 0; q < k; ++q) {
+            const double a = uf(i, q);
+            for (index_t j = 0; j < width; ++j) row[static_cast<std::size_t>(j)] += a * static_cast<double>(vf(q, j));
+          }
+          for (index_t j = 0; j < width; ++j) {
+            product(i, j) = static_cast<float>(row[static_cast<std::size_t>(j)]);
+            const double diff = static_cast<double>(d(i, j)) - row[static_cast<std::size_t>(j)];
+            squared += diff * diff;
+          }
+        }
+        squared_errors[static_cast<std::size_t>(e)] = squared;
+        r.svd_u[static_cast<std::size_t>(e)] = std::move(uf);
+        r.svd_v[static_cast<std::size_t>(e)] = std::move(vf);
+        stored[static_cast<std::size_t>(e)] = std::move(product);
+      } catch (...) {
+        failed[static_cast<std::size_t>(n)] = std::current_exception();
+      }
+    });
+    for (const auto& f : failed)
+      if (f) std::rethrow_exception(f);
+  }
+  for (index_t e = 0; e < E; ++e) {
+    report.residual_bytes.push_back(static_cast<std::uint64_t>((I + width) * k) * sparse::value_size(ep.values));
+    report.formats.push_back({"svd", stack.gated() ? "svd" : "-", "svd"});
+  }
+}
+
+// ---- end of resmoe's ablations ----
+
 /// ResMoE: the free-support barycenter of the experts' design rows [W1_i | W3_i | W2[:, i]] (uniform weights,
 /// init = expert 0), the base expert from it (rounded to the experts' dtype), each expert's design residual in
 /// the base's neuron order pruned to the fraction params.keep as one matrix and encoded
 /// (moe::encode_expert_residual), and the experts restored from base and residuals (sparse::restore_dense).
+/// params.center and params.residual select the ablations instead (resmoe_plain_center, resmoe_other_residuals).
 inline compressed_layer resmoe_layer(const host_context& ctx, const compress_params& params,
                                      const moe_layer_weights_view& w, io::safetensors_dtype expert_dtype,
                                      const step_timer& timed, layer_report& report) {
@@ -231,14 +342,22 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   });
   host_matrix<float> barycenter(I, width);
   r.permutations = host_matrix<index_t>(E, I);
+  r.center = params.center;
+  r.residual = params.residual;
+  r.values = *params.values;
   ot::free_support_barycenter_result bary;
-  timed("barycenter", [&] {
-    ot::free_support_barycenter_params bp;
-    bp.max_iterations = params.max_iterations;
-    bary = ot::free_support_barycenter<float>(ctx, bp, split_rows(design.const_view(), E),
-                                              design.const_view().row_range(0, I), barycenter.view(),
-                                              r.permutations.view());
-  });
+  if (params.center == resmoe_center::barycenter) {
+    timed("barycenter", [&] {
+      ot::free_support_barycenter_params bp;
+      bp.max_iterations = params.max_iterations;
+      bary = ot::free_support_barycenter<float>(ctx, bp, split_rows(design.const_view(), E),
+                                                design.const_view().row_range(0, I), barycenter.view(),
+                                                r.permutations.view());
+    });
+  } else {
+    // The ablations' centres: the mean of the unaligned experts, or none (a zero base: each expert alone).
+    timed("centre", [&] { resmoe_plain_center(params.center, design.const_view(), E, barycenter.view(), r.permutations.view()); });
+  }
   design = host_matrix<float>();  // the largest buffer: freed before the restore's
   r.w1.resize(static_cast<std::size_t>(I * H));
   if (w.experts.gated()) r.w3.resize(r.w1.size());
@@ -258,12 +377,17 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   base.w2 = matrix_view<const float>(r.w2.data(), H, I, I);
   r.residuals.resize(static_cast<std::size_t>(E));
   std::vector<double> squared_errors;
+  std::vector<host_matrix<float>> svd_residuals;  // svd: each expert's stored residual, for the restore
   timed("residuals", [&] {
     sparse::residual_params rp;
     rp.prune.keep = params.keep;
     rp.prune.scope = sparse::prune_scope::matrix;
     rp.encode.format = params.format;
     rp.encode.values = *params.values;
+    if (params.residual != resmoe_residual::prune) {
+      resmoe_other_residuals(ctx, params, base, stack, r, svd_residuals, squared_errors, report);
+      return;
+    }
     for (index_t e = 0; e < E; ++e) {
       const moe::expert_residual_info info = moe::encode_expert_residual<float>(
           ctx, rp, base, stack.expert(e), r.permutations.const_view().row(e), r.residuals[static_cast<std::size_t>(e)]);
@@ -281,8 +405,18 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   timed("restore", [&] {
     host_matrix<float> down(H, I);
     for (index_t e = 0; e < E; ++e) {
-      const auto& res = r.residuals[static_cast<std::size_t>(e)];
       const vector_view<const index_t> p = r.permutations.const_view().row(e);
+      if (params.residual == resmoe_residual::svd) {  // base + the factors' product, row p(i) for neuron i
+        const host_matrix<float>& d = svd_residuals[static_cast<std::size_t>(e)];
+        for (index_t i = 0; i < I; ++i)
+          for (index_t j = 0; j < H; ++j) {
+            out.w1[static_cast<std::size_t>((e * I + i) * H + j)] = base.w1(p[i], j) + d(p[i], j);
+            if (w.experts.gated()) out.w3[static_cast<std::size_t>((e * I + i) * H + j)] = base.w3(p[i], j) + d(p[i], H + j);
+            out.w2[static_cast<std::size_t>((e * H + j) * I + i)] = base.w2(j, p[i]) + d(p[i], (pieces - 1) * H + j);
+          }
+        continue;
+      }
+      const auto& res = r.residuals[static_cast<std::size_t>(e)];
       sparse::restore_dense<float, float>(ctx, base.w1, res.w1.view(), matrix_view<float>(out.w1.data() + e * I * H, I, H, H), p);
       if (w.experts.gated())
         sparse::restore_dense<float, float>(ctx, base.w3, res.w3.view(), matrix_view<float>(out.w3.data() + e * I * H, I, H, H), p);
@@ -304,6 +438,9 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   report.barycenter_status = bary.status;
   report.barycenter_objective = bary.objective;
   report.resmoe_approximation_error = sparse::layer_approximation_error(squared_errors, I);
+  report.center = to_string(params.center);
+  report.residual = to_string(params.residual);
+  report.rank = params.residual == resmoe_residual::svd ? params.rank : 0;
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <moecomp/gating/routing.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout.hpp>
+#include <moecomp/sparse/low_rank.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -129,6 +130,24 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
   MOECOMP_EXPECTS(p.keep > 0 && p.keep <= 1, fn, ": params.keep must be a fraction in (0, 1], got ", p.keep);
   MOECOMP_EXPECTS(p.format != sparse::sparse_format::two_of_four, fn,
                   ": params.format 2:4 needs N:M pruning, which compress does not do; use csr16, bitmap or auto");
+  // ---- resmoe's ablations (issue 34) ----
+  if (p.method != method::resmoe) {
+    MOECOMP_EXPECTS(p.center == resmoe_center::barycenter, fn, ": params.center is for resmoe only, got ",
+                    to_string(p.center), " with ", to_string(p.method));
+    MOECOMP_EXPECTS(p.residual == resmoe_residual::prune, fn, ": params.residual is for resmoe only, got ",
+                    to_string(p.residual), " with ", to_string(p.method));
+  }
+  MOECOMP_EXPECTS(p.rank == 0 || p.residual == resmoe_residual::svd, fn,
+                  ": params.rank is for resmoe with params.residual svd, got rank ", p.rank, " with ",
+                  p.method == method::resmoe ? std::string("residual ") + to_string(p.residual) : std::string(to_string(p.method)));
+  if (p.method == method::resmoe && p.residual == resmoe_residual::svd) {
+    const index_t rows = m.expert_size, cols = (m.gated ? 3 : 2) * m.hidden_size;
+    MOECOMP_EXPECTS(p.rank >= 0 && p.rank <= std::min(rows, cols), fn, ": params.rank must be 1 to ",
+                    std::min(rows, cols), " (the rank of a ", rows, " x ", cols,
+                    " design residual: min(d_ff, width)) or 0 (the budget rule), got ", p.rank);
+    if (p.rank == 0) p.rank = sparse::svd_budget_rank(rows, cols, p.keep);
+  }
+  // ---- end of resmoe's ablations ----
   if (!p.values)
     p.values = expert_dtype == io::safetensors_dtype::bf16  ? sparse::value_dtype::bfloat16
                : expert_dtype == io::safetensors_dtype::f16 ? sparse::value_dtype::float16

@@ -148,6 +148,9 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
     options["merge"] = merge::to_string(*p.merge);
   } else if (p.method == method::resmoe) {
     options["keep"] = p.keep;
+    options["center"] = to_string(p.center);  // resmoe's ablations
+    options["residual"] = to_string(p.residual);
+    options["rank"] = p.rank;
     options["format"] = sparse::to_string(p.format);
     options["values"] = sparse::to_string(*p.values);
     options["max_iter"] = p.max_iterations;
