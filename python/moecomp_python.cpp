@@ -1602,7 +1602,7 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
   if (splits_dense && kind == mm::model_kind::moe)
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
                           " splits dense checkpoints, and '" + model_dir +
-                          "' is an MoE model (model_type '" + model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
+                          "' is an MoE model (model_type '" + model_type + "'): use hc-smoe, cka-merge, m-smoe, resmoe or prune");
   if (!splits_dense && kind == mm::model_kind::dense)
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) + " compresses MoE checkpoints, and '" +
                           model_dir + "' is a dense model (model_type '" + model_type +
@@ -1788,7 +1788,7 @@ py::dict compress_layer(py::handle w1, py::handle w2, py::handle router, py::han
   if (mc::splits_dense(params.method))
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
                           " splits dense FFNs (compress_checkpoint does it); "
-                          "compress_layer takes hc-smoe, cka-merge, resmoe or prune");
+                          "compress_layer takes hc-smoe, cka-merge, m-smoe, resmoe or prune");
   params = resolved(fn, [&] { return mc::resolved_params(params, m, xv.rows() > 0, dtype); });
   mc::storage_dtypes dtypes;
   dtypes.experts = dtypes.router = dtypes.router_bias = dtypes.correction_bias = dtype;

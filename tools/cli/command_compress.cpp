@@ -119,6 +119,10 @@ void refuse_other_methods_options(const arguments& args, compress::method how) {
       {"--router-steps", false, {m::sadmoe}, "sadmoe only"},
       {"--router-batch-size", false, {m::sadmoe}, "sadmoe only"},
       {"--tau", false, {m::sadmoe}, "sadmoe only"},
+      // cka-merge's Table 3-4 settings (issue 34)
+      {"--similarity-tokens", false, {m::cka_merge}, "cka-merge only"},
+      {"--augment", false, {m::cka_merge}, "cka-merge only"},
+      {"--router", false, {m::cka_merge}, "cka-merge only"},
   };
   for (const auto& r : rules) {
     const bool given = r.flag ? args.flag(r.option) : static_cast<bool>(args.value(r.option));
@@ -173,6 +177,14 @@ compress::compress_params params_from_options(const arguments& args, compress::m
     p.taus = args.numbers("--tau", 0.0, 1.0);
     p.tau = p.taus.front();
   }
+  // cka-merge's Table 3-4 settings (issue 34): the similarity's tokens, its mixed tokens, the router
+  p.similarity_tokens = args.integer("--similarity-tokens", 0, 1, most);
+  p.augment = args.integer("--augment", 0, 0, most);
+  if (args.value("--router"))
+    p.merge_router = parse_option(args, "--router", [](const std::string& v) {
+      if (v == "auto") throw moecomp::invalid_argument("router: expected merged, map or dominant, got 'auto'");
+      return moecomp::merge::parse_router_rule(v);
+    });
   if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
     throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
                       args.value_or("--dtype", "") + "'");
@@ -200,6 +212,9 @@ std::string name_the_compress_option(const std::string& message) {
                                    {"--router-batch-size", "params.router.batch_size"},
                                    {"--calibration", "params.method sadmoe trains"},
                                    {"--tau", "params.taus"},
+                                   {"--similarity-tokens", "params.similarity_tokens"},
+                                   {"--augment", "params.augment"},
+                                   {"--router", "params.merge_router"},
                                    {"--method", "params.method"}});
 }
 
@@ -318,8 +333,8 @@ int compress_command(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const auto started = std::chrono::steady_clock::now();
   if (!args.value("--method"))
-    throw usage_error("option --method: required: hc-smoe, cka-merge, resmoe, prune (MoE checkpoints), moefy or sadmoe "
-                      "(dense)");
+    throw usage_error("option --method: required: hc-smoe, cka-merge, m-smoe, resmoe, prune (MoE checkpoints), moefy or "
+                      "sadmoe (dense)");
   const compress::method how = parse_option(args, "--method", compress::parse_method);
   const std::string model_dir = args.positional().empty()
                                     ? default_model_dir(how == compress::method::sadmoe ? "tiny-dense-hoyer"
@@ -348,7 +363,7 @@ int compress_command(const arguments& args, output_files& outputs) {
   if (compress::splits_dense(how) && kind == model::model_kind::moe)
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " splits dense checkpoints, and '" +
                       model_dir + "' is an MoE model (model_type '" +
-                      model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
+                      model_type + "'): use hc-smoe, cka-merge, m-smoe, resmoe or prune");
   if (!compress::splits_dense(how) && kind == model::model_kind::dense)
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " compresses MoE checkpoints, and '" +
                       model_dir + "' is a dense model (model_type '" + model_type +
@@ -406,6 +421,8 @@ int compress_command(const arguments& args, output_files& outputs) {
     const std::string what = e.what();
     if (what.find("read_calibration_tokens") != std::string::npos) throw usage_error("option --calibration: " + what);
     throw;
+  } catch (const invalid_argument& e) {  // a layer's own rule (issue 34: more similarity tokens than it has)
+    throw usage_error(name_the_compress_option(e.what()));
   }
   progress.finish();
   if (report.status == status::numerical_error)
@@ -442,13 +459,15 @@ const command_registration compress_registration{command{
     {"compress",
      "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, "
      "expert pruning; or split a dense checkpoint's FFNs into experts (moefy)",
-     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy|sadmoe [--experts N] [--calibration FILE] "
-     "[--features F] [--linkage L] [--merge M] [--similarity S] [--criterion C] [--seed S] [--layouts DIR] "
+     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|m-smoe|resmoe|prune|moefy|sadmoe [--experts N] "
+     "[--calibration FILE] [--features F] [--linkage L] [--merge M] [--similarity S] [--similarity-tokens N] "
+     "[--augment N] [--router R] [--criterion C] [--seed S] [--layouts DIR] "
      "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] "
      "[--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
-     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (MoE checkpoints), moefy|sadmoe (dense checkpoints) (required)"},
+     {{"--method", true,
+       "hc-smoe|cka-merge|m-smoe|resmoe|prune (MoE checkpoints), moefy|sadmoe (dense checkpoints) (required)"},
       {"--experts", true,
        "N: experts per MoE layer after compression (default: half, at least top-k); moefy: experts per FFN, a divisor "
        "of its neurons (default: experts of 32 neurons)"},
@@ -460,6 +479,12 @@ const command_registration compress_registration{command{
        "hc-smoe: frequency|average|fix-dom (default frequency; average without calibration); cka-merge: "
        "uniform|dominant|learned (default uniform)"},
       {"--similarity", true, "cka-merge: cka|weights|surrogate (default cka with calibration, else weights)"},
+      {"--similarity-tokens", true, "cka-merge (cka): the first N calibration tokens for the similarity (default all)"},
+      {"--augment", true,
+       "cka-merge (cka): N mixed tokens (lambda x_a + (1 - lambda) x_b, seeded) added for the similarity (default 0)"},
+      {"--router", true,
+       "cka-merge: merged|map|dominant: router rows merged (Eq. 6), kept with an id map, or the dominant's (default "
+       "merged; dominant with --merge dominant)"},
       {"--criterion", true, "prune: frequency|reap (default frequency)"},
       {"--seed", true, "seed of moecomp's generator (token caps, partition restarts; default 0)"},
       {"--layouts", true, "DIR: read the checkpoint layouts from DIR/*.json instead of the built-in ones"},

@@ -251,7 +251,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
     // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
     double distinct_after = layer_after;
-    if (params.method == method::hc_smoe) {
+    if (keeps_router_rows(params)) {
       const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
                                   (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
       distinct_after = layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
@@ -286,7 +286,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
 
   // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
   json config = json::parse(config_text);
-  if (params.method != method::hc_smoe) {
+  if (!keeps_router_rows(params)) {
     const auto key = layout.config.find("num_experts");
     if (key != layout.config.end()) config[key->second] = params.experts;
   }
