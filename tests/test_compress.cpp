@@ -309,11 +309,13 @@ TEST_CASE("compress_checkpoint: a cancelled run and a non-finite output error le
 
 namespace {
 
-/// The planted M-SMoE layer: positive tokens; experts 1 and 6 have router rows 20 e_0 and 20 e_1, so every token
-/// routes to them (f = 0.5 each) and their logit columns are 20 x[:, 0] and 20 x[:, 1]; every other expert's row
-/// is a small multiple of e_1 (experts 0, 2, 3) or e_0 (4, 5, 7), so its logit column is exactly parallel to one
-/// dominant's. Each non-dominant is its dominant with its neurons rotated (W1, W3 rows, W2 columns), so weight
-/// matching undoes the rotation and every merged expert is its dominant exactly.
+/// The planted M-SMoE layer: positive tokens; experts 1 and 6 have router rows 20 e_0 and 20 e_1, experts 4 and 0
+/// rows 12 e_0 and 12 e_1, the others small multiples of e_0 (5, 7) or e_1 (2, 3). A token's top-2 is the larger
+/// of 20 x_0 and 20 x_1 and then the larger of the other 20 x and the winner's 12 x: experts 1 and 6 are the most
+/// frequent, 0 and 4 routed sometimes, the rest never. Each logit column is a multiple of x[:, 0] or x[:, 1], so
+/// exactly parallel to one dominant's: 0, 2, 3 join 6 and 4, 5, 7 join 1. Each non-dominant is its dominant with
+/// its neurons rotated (W1, W3 rows, W2 columns), so weight matching undoes the rotation and every merged expert
+/// is its dominant times (sum of the group's f) / (that sum + 1e-7).
 planted_model msmoe_planted() {
   planted_model p(false, false);
   moecomp::random_generator rng(11);
@@ -322,7 +324,8 @@ planted_model msmoe_planted() {
     std::vector<float> router(static_cast<std::size_t>(E * H), 0.0f);
     for (index_t e = 0; e < E; ++e) {
       const index_t axis = joins[static_cast<std::size_t>(e)] == 1 ? 0 : 1;
-      router[static_cast<std::size_t>(e * H + axis)] = e == 1 || e == 6 ? 20.0f : 0.25f * static_cast<float>(e + 1);
+      router[static_cast<std::size_t>(e * H + axis)] =
+          e == 1 || e == 6 ? 20.0f : e == 0 || e == 4 ? 12.0f : 0.25f * static_cast<float>(e + 1);
     }
     p.tensors[prefix(l) + "gate.weight"] = router;
     for (index_t e = 0; e < E; ++e) {
@@ -330,18 +333,18 @@ planted_model msmoe_planted() {
       if (d == e) continue;
       const std::string dst = prefix(l) + "experts." + std::to_string(e) + ".";
       const std::string src = prefix(l) + "experts." + std::to_string(d) + ".";
-      for (const char* w : {"w1", "w3"}) {  // row i of e = row (i + e) mod I of d
+      for (const char* w : {"w1", "w3"}) {  // row i of e = row (i + e + 1) mod I of d
         const std::vector<float> dom = p.tensors.at(src + w + ".weight");
         std::vector<float>& out = p.tensors[dst + w + ".weight"];
         for (index_t i = 0; i < I; ++i)
           for (index_t h = 0; h < H; ++h)
-            out[static_cast<std::size_t>(i * H + h)] = dom[static_cast<std::size_t>(((i + e) % I) * H + h)];
+            out[static_cast<std::size_t>(i * H + h)] = dom[static_cast<std::size_t>(((i + e + 1) % I) * H + h)];
       }
       const std::vector<float> dom = p.tensors.at(src + "w2.weight");
       std::vector<float>& out = p.tensors[dst + "w2.weight"];
       for (index_t h = 0; h < H; ++h)
         for (index_t i = 0; i < I; ++i)
-          out[static_cast<std::size_t>(h * I + i)] = dom[static_cast<std::size_t>(h * I + (i + e) % I)];
+          out[static_cast<std::size_t>(h * I + i)] = dom[static_cast<std::size_t>(h * I + (i + e + 1) % I)];
     }
     std::vector<float>& x = p.calibration["layers." + std::to_string(l) + ".moe_input"];
     for (float& v : x) v = static_cast<float>(rng.uniform<double>(0.1, 1.0));
@@ -369,7 +372,13 @@ TEST_CASE("compress_layer: M-SMoE finds the planted dominants, groups and weight
     p.experts = 2;
     compress::layer_report report;
     const compress::compressed_layer c = run_layer(o, p, layer, x.const_view(), report);
-    CHECK(report.frequencies == std::vector<double>{0, 0.5, 0, 0, 0, 0, 0.5, 0});
+    const std::vector<double>& f = report.frequencies;
+    REQUIRE(f.size() == 8);
+    for (index_t e : {2, 3, 5, 7}) CHECK(f[static_cast<std::size_t>(e)] == 0.0);
+    CHECK(f[0] > 0);
+    CHECK(f[4] > 0);
+    CHECK(std::min(f[1], f[6]) > std::max(f[0], f[4]));
+    CHECK(f[0] + f[1] + f[4] + f[6] == doctest::Approx(1.0));
     // Expert 0 joins dominant 6 first: group 0 is 6's, group 1 is 1's.
     CHECK(report.groups == std::vector<std::int64_t>{0, 1, 0, 0, 1, 1, 0, 1});
     CHECK(report.dominants == std::vector<std::int64_t>{6, 1});
@@ -377,29 +386,37 @@ TEST_CASE("compress_layer: M-SMoE finds the planted dominants, groups and weight
     CHECK(c.slots == report.groups);
     CHECK(report.router_rule == "map");
     CHECK(c.stack_experts == 2);
-    // The router is kept; each merged expert is its dominant exactly (the rotations undone by the matching).
+    // The router is kept; each merged expert is its dominant times its group's frequency share (the rotations
+    // undone by the matching; without it the routed member's rotated neurons would be mixed in).
     for (index_t e = 0; e < E; ++e)
       for (index_t h = 0; h < H; ++h) CHECK(c.router(e, h) == w.router(e, h));
-    const std::int64_t dominant[2] = {6, 1};
-    for (index_t g = 0; g < 2; ++g)
+    const std::int64_t dominant[2] = {6, 1}, routed[2] = {0, 4};
+    int off = 0;
+    for (index_t g = 0; g < 2; ++g) {
+      const double total = f[static_cast<std::size_t>(dominant[g])] + f[static_cast<std::size_t>(routed[g])];
+      const double scale = total / (total + 1e-7);
       for (index_t k = 0; k < I * H; ++k) {
         const auto at = static_cast<std::size_t>(g * I * H + k), from = static_cast<std::size_t>(dominant[g] * I * H + k);
-        CHECK(c.w1[at] == w.w1[from]);
-        CHECK(c.w3[at] == w.w3[from]);
-        CHECK(c.w2[at] == w.w2[from]);
+        for (const auto* pair : {&c.w1, &c.w3, &c.w2}) {
+          const std::vector<float>& source = pair == &c.w1 ? w.w1 : pair == &c.w3 ? w.w3 : w.w2;
+          const double want = scale * static_cast<double>(source[from]);
+          off += std::abs(static_cast<double>((*pair)[at]) - want) > 1e-6 * std::abs(want);
+        }
       }
+    }
+    CHECK(off == 0);
     CHECK(report.output_relative_error < 1e-6);
     CHECK(report.distinct_experts == 2);
     CHECK(report.experts == E);
   }
-  // One dominant: everything joins expert 1 (the lower index of the two tied frequencies).
+  // One dominant: everything joins the most frequent expert.
   const moecomp::host_matrix<float> x = model::read_calibration_tokens(o.calibration, "layers.0.moe_input", H);
   compress::compress_params p;
   p.method = compress::method::m_smoe;
   p.experts = 1;
   compress::layer_report report;
   run_layer(o, p, 0, x.const_view(), report);
-  CHECK(report.dominants == std::vector<std::int64_t>{1});
+  CHECK(report.dominants == std::vector<std::int64_t>{report.frequencies[6] > report.frequencies[1] ? 6 : 1});
   CHECK(report.groups == std::vector<std::int64_t>(8, 0));
 }
 
@@ -407,7 +424,7 @@ TEST_CASE("resolved_params: m-smoe and cka-merge's similarity tokens, augmentati
   const opened o(planted_model(false, false), "compress_params_34");
   const compress::compress_params ms = resolved(o, compress::method::m_smoe, 0);
   CHECK(ms.experts == 4);
-  CHECK(*ms.merge == moecomp::merge::merge_method::aligned);
+  CHECK(*ms.merge == moecomp::merge::merge_method::frequency);
   CHECK(compress::keeps_router_rows(ms));
   CHECK(resolved(o, compress::method::m_smoe, 1).experts == 1);  // an id map may keep fewer than top-k
   CHECK(compress::parse_method("m-smoe") == compress::method::m_smoe);
@@ -424,6 +441,9 @@ TEST_CASE("resolved_params: m-smoe and cka-merge's similarity tokens, augmentati
   CHECK(fails(p, false).find("needs calibration tokens") != std::string::npos);
   p.merge = moecomp::merge::merge_method::uniform;
   CHECK(fails(p).find("params.merge is fixed for m-smoe") != std::string::npos);
+  p.merge.reset();
+  p.align = compress::merge_alignment::weights;
+  CHECK(fails(p).find("params.align is fixed for m-smoe") != std::string::npos);
   p = {};
   p.method = compress::method::cka_merge;
   p.merge = moecomp::merge::merge_method::dominant;
@@ -568,12 +588,15 @@ TEST_CASE("compress_checkpoint: m-smoe and cka-merge's router map keep config.js
     CHECK(report["layers"][0]["router"] == "map");
     if (how == compress::method::m_smoe) {
       CHECK(report["layers"][0]["dominants"] == nlohmann::ordered_json({6, 1}));
-      CHECK(report["layers"][0]["frequencies"][1] == 0.5);
+      CHECK(report["layers"][0]["frequencies"][2] == 0.0);
       CHECK(report["options"]["router"] == "map");
-      // Each slot holds its group's merged expert, here its dominant's weights: slot 0 is expert 6's.
-      const io::safetensors_tensor slot = written.tensor(prefix(0) + "experts.0.w2.weight");
+      CHECK(report["options"]["merge"] == "frequency");
+      // Each slot holds its group's merged expert, here its dominant's weights to 1e-6: slots 0 and 2 are 6's.
+      const std::vector<float> slot0 = written.tensor(prefix(0) + "experts.0.w2.weight").to_vector<float>();
+      const std::vector<float> slot2 = written.tensor(prefix(0) + "experts.2.w2.weight").to_vector<float>();
       const std::vector<float>& dominant = o.planted.tensors.at(prefix(0) + "experts.6.w2.weight");
-      CHECK(std::memcmp(slot.data(), dominant.data(), dominant.size() * sizeof(float)) == 0);
+      CHECK(slot0 == slot2);
+      for (std::size_t k = 0; k < dominant.size(); ++k) CHECK(slot0[k] == doctest::Approx(dominant[k]).epsilon(1e-6));
     } else {
       CHECK(report["options"]["router"] == "map");
       CHECK(report["options"]["augment"] == 0);

@@ -273,6 +273,52 @@ TEST_CASE("aligned: a row-permuted copy of the dominant is put back in its order
   }
 }
 
+TEST_CASE("align_members: each member is put in its dominant's neuron order before frequency, uniform or learned") {
+  // Expert 1 is expert 0 with its neurons shuffled, in one group; expert 2 alone: aligned, expert 1 equals
+  // expert 0, so any coefficient merge of the pair (c0 + c1 = 1) gives expert 0 back.
+  stack<float> s(3, 9, true);
+  s.set_permuted(1, 0, random_permutation(d_ff, 10));
+  const std::vector<std::int64_t> groups{0, 0, 1};
+  const host_matrix<float> x = random_tokens(300, 11), router = random_router(3, 12);
+  merge::merge_data<float> data;
+  data.x = x.view();
+  data.router = router.view();
+  const std::vector<std::int64_t> dominant{0, 2};
+  data.dominants = moecomp::make_vector_view<const std::int64_t>(dominant.data(), 2);
+  for (auto method : {merge::merge_method::frequency, merge::merge_method::uniform, merge::merge_method::learned}) {
+    CAPTURE(merge::to_string(method));
+    merged<float> m(2, 3, true, false);
+    merge::merge_params params;
+    params.method = method;
+    params.align_members = true;
+    params.router = merge::router_rule::id_map;
+    const merge::merge_report report = merge::merge_experts<float>(host_context(2), params, s.view(), labels_view(groups), data, m.outputs());
+    REQUIRE(report.ok());
+    const double c0 = report.coefficients[0], c1 = report.coefficients[1];
+    CHECK(c0 + c1 == doctest::Approx(1.0).epsilon(1e-6));
+    CHECK(c1 > 0.05);  // the copy takes part
+    CHECK(weighted_gap(s.w1, m.out.w1, d_ff, 0, {{0, 1.0}}) < 1e-5);
+    CHECK(weighted_gap(s.w3, m.out.w3, d_ff, 0, {{0, 1.0}}) < 1e-5);
+    CHECK(weighted_gap(s.w2, m.out.w2, d, 0, {{0, 1.0}}) < 1e-5);
+    CHECK(weighted_gap(s.b1, m.out.b1, 1, 0, {{0, 1.0}}) < 1e-5);
+    // Without alignment the shuffled copy blurs the dominant's neurons (learned then drops the copy instead).
+    params.align_members = false;
+    merged<float> plain(2, 3, true, false);
+    merge::merge_experts<float>(host_context(2), params, s.view(), labels_view(groups), data, plain.outputs());
+    if (method != merge::merge_method::learned) CHECK(weighted_gap(s.w1, plain.out.w1, d_ff, 0, {{0, 1.0}}) > 1e-2);
+  }
+  merge::merge_params bad;
+  bad.align_members = true;
+  bad.router = merge::router_rule::id_map;
+  for (auto method : {merge::merge_method::aligned, merge::merge_method::fix_dom, merge::merge_method::dominant}) {
+    bad.method = method;
+    merged<float> m(2, 3, true, false);
+    CHECK(moecomp_test::thrown_message([&] {
+            merge::merge_experts<float>(host_context(1), bad, s.view(), labels_view(groups), data, m.outputs());
+          }).find("params.align_members must be false with method " + std::string(merge::to_string(method))) != std::string::npos);
+  }
+}
+
 TEST_CASE("fix-dom matches each member neuron to its most correlated dominant neuron and averages per match") {
   stack<float> s(3, 12);
   const std::vector<index_t> q = random_permutation(d_ff, 13);

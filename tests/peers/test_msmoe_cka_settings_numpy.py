@@ -7,7 +7,8 @@ end to end on the embedded model (models/tiny-moe), against an independent numpy
   logit column over the calibration tokens has the largest cosine with its own (ties to the lowest dominant);
   groups numbered by first appearance: the report's dominants and groups exactly. Each merged expert is numpy's
   weight matching (scipy's linear_sum_assignment maximising the inner products of the design rows
-  [W1_i | W3_i | W2[:, i]] of the dominant and each member) followed by the mean, in float64, rounded to float32
+  [W1_i | W3_i | W2[:, i]] of the dominant and each member) followed by the frequency-weighted mean
+  sum f_e theta_e / (sum f_e + 1e-7), in float64, rounded to float32
   and then to bfloat16: every written element equal, except elements whose float64 value lies within 1e-12 of the
   tensor's largest magnitude from a bfloat16 rounding boundary (counted; summation order decides those); each member's slot holds its group's expert, the router is
   the input's bytes, config.json keeps 8 experts and holds the id maps; the reported errors are numpy's forward.
@@ -144,9 +145,9 @@ def msmoe_groups(x, router, n):
     return f, doms, labels
 
 
-def aligned_mean(experts, dominant, members):
+def aligned_frequency_merge(experts, dominant, members, f, epsilon=1e-7):
     """Weight matching of each member to the dominant (maximum total inner product of the design rows), then the
-    mean, in float64."""
+    frequency-weighted mean sum f_e theta_e / (sum f_e + epsilon), in float64."""
     def design(e):
         w1, w3, w2 = experts[e]
         return np.concatenate([w1, w3, w2.T], axis=1)
@@ -159,10 +160,10 @@ def aligned_mean(experts, dominant, members):
             rows, cols = scipy_optimize.linear_sum_assignment(ref @ design(e).T, maximize=True)
             p = cols[np.argsort(rows)]
         w1, w3, w2 = experts[e]
-        total[0] += w1[p]
-        total[1] += w3[p]
-        total[2] += w2[:, p]
-    return [t / len(members) for t in total]
+        total[0] += f[e] * w1[p]
+        total[1] += f[e] * w3[p]
+        total[2] += f[e] * w2[:, p]
+    return [t / (sum(f[e] for e in members) + epsilon) for t in total]
 
 
 def bf16_bits(a):
@@ -174,7 +175,7 @@ def bf16_bits(a):
 def near_bf16_boundary(v, rel=1e-12):
     """Whether float64 values are within rel times the tensor's largest magnitude of a bfloat16 rounding boundary
     (moving them that far changes their bfloat16, through float32 as the library rounds): where float64 sums in
-    another order (the library's c_e = 1/|G| times each member, numpy's sum over |G|) may round either way, e.g.
+    another order (the library's coefficients times each member, numpy's sum then one division) may round either way, e.g.
     a mean that cancels to 0 exactly in numpy and to 1e-19 in the library."""
     eps = rel * float(np.abs(v).max())
     return bf16_bits((v - eps).astype(np.float32)) != bf16_bits((v + eps).astype(np.float32))
@@ -240,7 +241,7 @@ class Settings(Checker):
         config = json.load(open(os.path.join(out, "config.json")))
         self.check(f"{label}: id maps in config.json", config["moecomp_compression"]["id_maps"] == {
             l["layer"]: l["id_map"] for l in report["layers"]}, "as the report")
-        self.check(f"{label}: options", report["options"]["merge"] == "aligned" and report["options"]["router"] == "map",
+        self.check(f"{label}: options", report["options"]["merge"] == "frequency" and report["options"]["router"] == "map",
                    str(report["options"]))
         bad_groups = bad_bytes = ambiguous = ambiguous_differ = compared = 0
         for i, layer in enumerate(report["layers"]):
@@ -254,7 +255,8 @@ class Settings(Checker):
             bad_groups += int(not ok)
             bad_bytes += int(written[f"{PREFIX.format(i)}gate.weight"] != self.original[f"{PREFIX.format(i)}gate.weight"])
             experts = experts_of(self.original, i, 8)
-            merged = [aligned_mean(experts, d, [e for e in range(8) if labels[e] == g]) for g, d in enumerate(doms)]
+            merged = [aligned_frequency_merge(experts, d, [e for e in range(8) if labels[e] == g], f)
+                      for g, d in enumerate(doms)]
             for e in range(8):
                 for k, w in enumerate(("w1", "w3", "w2")):
                     dtype, shape, raw = written[f"{PREFIX.format(i)}experts.{e}.{w}.weight"]
@@ -268,7 +270,7 @@ class Settings(Checker):
                     compared += got.size
                     bad_bytes += int((differ & ~edge).sum())
         self.check(f"{label}: dominants, groups, frequencies as numpy's", bad_groups == 0, f"{bad_groups} layers differ")
-        self.check(f"{label}: merged experts (weight matching, mean) and the kept router as numpy's in bf16",
+        self.check(f"{label}: merged experts (weight matching, frequency mean) and the kept router as numpy's in bf16",
                    bad_bytes == 0, f"{bad_bytes} differences in {compared} elements; {ambiguous} at a rounding boundary, "
                    f"{ambiguous_differ} of them rounded the other way")
 

@@ -103,6 +103,9 @@ void refuse_other_methods_options(const arguments& args, compress::method how) {
       {"--merge", false, {m::hc_smoe, m::cka_merge}, "hc-smoe and cka-merge only"},
       {"--similarity", false, {m::cka_merge}, "cka-merge only"},
       {"--criterion", false, {m::prune}, "prune only"},
+      {"--samples", false, {m::prune}, "prune --criterion output only"},
+      {"--global", true, {m::prune}, "prune only"},
+      {"--align", false, {m::hc_smoe, m::cka_merge}, "hc-smoe and cka-merge only (the methods that merge)"},
       {"--keep", false, {m::resmoe}, "resmoe only"},
       {"--format", false, {m::resmoe}, "resmoe only"},
       {"--values", false, {m::resmoe}, "resmoe only"},
@@ -152,6 +155,9 @@ compress::compress_params params_from_options(const arguments& args, compress::m
       return compress::parse_expert_similarity(v);
     });
   if (args.value("--criterion")) p.criterion = parse_option(args, "--criterion", compress::parse_prune_criterion);
+  p.samples = args.integer("--samples", 0, 1, std::numeric_limits<std::int32_t>::max());
+  p.global = args.flag("--global");
+  if (args.value("--align")) p.align = parse_option(args, "--align", compress::parse_merge_alignment);
   p.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 0, std::numeric_limits<long long>::max()));
   p.keep = args.number("--keep", 0.25);
   if (args.value("--format")) p.format = parse_option(args, "--format", moecomp::sparse::parse_sparse_format);
@@ -198,6 +204,9 @@ std::string name_the_compress_option(const std::string& message) {
                                    {"--merge", "params.merge"},
                                    {"--similarity", "params.similarity"},
                                    {"--criterion", "params.criterion"},
+                                   {"--samples", "params.samples"},
+                                   {"--global", "params.global"},
+                                   {"--align", "params.align"},
                                    {"--keep", "params.keep"},
                                    {"--format", "params.format"},
                                    {"--restore-dense", "params.restore_dense"},
@@ -460,8 +469,9 @@ const command_registration compress_registration{command{
      "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, "
      "expert pruning; or split a dense checkpoint's FFNs into experts (moefy)",
      "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|m-smoe|resmoe|prune|moefy|sadmoe [--experts N] "
-     "[--calibration FILE] [--features F] [--linkage L] [--merge M] [--similarity S] [--similarity-tokens N] "
-     "[--augment N] [--router R] [--criterion C] [--seed S] [--layouts DIR] "
+     "[--calibration FILE] [--features F] [--linkage L] [--merge M] [--align A] [--similarity S] "
+     "[--similarity-tokens N] [--augment N] [--router R] [--criterion C] [--samples S] [--global] "
+     "[--seed S] [--layouts DIR] "
      "[--keep F] [--format F] [--values V] [--max-iter N] [--restore-dense] [--top-k K] [--n-init N] "
      "[--report R.json] [--quiet] [--progress] [--json]",
      0,
@@ -479,13 +489,24 @@ const command_registration compress_registration{command{
        "hc-smoe: frequency|average|fix-dom (default frequency; average without calibration); cka-merge: "
        "uniform|dominant|learned (default uniform)"},
       {"--similarity", true, "cka-merge: cka|weights|surrogate (default cka with calibration, else weights)"},
+      {"--align", true,
+       "hc-smoe, cka-merge: none|weights|activations: align each member's neurons to its group's dominant before "
+       "merging (default none, the papers')"},
       {"--similarity-tokens", true, "cka-merge (cka): the first N calibration tokens for the similarity (default all)"},
       {"--augment", true,
        "cka-merge (cka): N mixed tokens (lambda x_a + (1 - lambda) x_b, seeded) added for the similarity (default 0)"},
       {"--router", true,
        "cka-merge: merged|map|dominant: router rows merged (Eq. 6), kept with an id map, or the dominant's (default "
        "merged; dominant with --merge dominant)"},
-      {"--criterion", true, "prune: frequency|reap (default frequency)"},
+      {"--criterion", true,
+       "prune: frequency|reap|router-score|output (default frequency; router-score: S-prune; output: O-prune, the "
+       "subset whose layer output is closest)"},
+      {"--samples", true,
+       "prune --criterion output: subsets searched, all of them when C(E, N) <= S, else S seeded random ones "
+       "(default 100000)"},
+      {"--global", false,
+       "prune --criterion frequency|router-score: rank every layer's experts together (HC-SMoE's global F-prune and "
+       "S-prune); layers keep different counts, N per layer on average, at least top-k each"},
       {"--seed", true, "seed of moecomp's generator (token caps, partition restarts; default 0)"},
       {"--layouts", true, "DIR: read the checkpoint layouts from DIR/*.json instead of the built-in ones"},
       {"--keep", true, "resmoe: the fraction of each expert's design residual kept, (0, 1] (default 0.25, ResMoE's)"},

@@ -121,6 +121,8 @@ inline compressed_layer compress_layer(const host_context& ctx, const compress_p
                   x.cols());
   MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= m.num_experts,
                   fn, ": params must be resolved (resolved_params), got params.experts ", params.experts);
+  MOECOMP_EXPECTS(!params.global, fn, ": params.global ranks the experts of every layer together: use ",
+                  "compress_checkpoint (or prune_scores per layer and choose), got params.global true");
   moecomp::detail::check_finite(fn, "x", x, ctx.threads());
   const auto t0 = std::chrono::steady_clock::now();
   const detail::step_timer timed(observer, 0, 1, report.layer, report);

@@ -42,8 +42,8 @@ namespace compress {
 ///              balanced k-means, with a centre router;
 ///   m_smoe     M-SMoE (MC-SMoE's merge stage, task-agnostic, no retraining): the N most frequently routed
 ///              experts are the dominants, every other expert joins the dominant whose router-logit column is
-///              the most cosine-similar, each group merged after aligning its members to the dominant; the
-///              router kept with an id map, as hc_smoe.
+///              the most cosine-similar, each group's frequency-weighted mean after aligning its members to
+///              the dominant (weight matching); the router kept with an id map, as hc_smoe.
 enum class method { hc_smoe, cka_merge, prune, resmoe, moefy, sadmoe, m_smoe };
 
 /// Whether the method splits a dense checkpoint's FFNs (moefy, sadmoe) rather than compressing an MoE one.
@@ -120,19 +120,56 @@ inline expert_similarity parse_expert_similarity(std::string_view name) {
                std::string(name), "'");
 }
 
-/// prune's score of an expert: its routing frequency on the calibration tokens (top-k counts with the model's k),
-/// or REAP's saliency (the mean, over the tokens routed to it, of gate weight x ||expert output||).
-enum class prune_criterion { frequency, reap };
+/// prune's choice of the kept experts:
+///   frequency     the N experts most often in the model's top-k on the calibration tokens (F-prune; count / (T k));
+///   reap          REAP's saliency: the mean, over the tokens routed to the expert, of gate weight x ||output||;
+///   router_score  S-prune (He et al. 2024): the router's probabilities (softmax of the logits; sigmoid for a
+///                 DeepSeek-V3 router) of the expert, summed over the tokens, / T;
+///   output        O-prune (Lu et al. 2024; the fourth paper's "Enumerate"): the subset of N experts whose layer
+///                 output, routed over that subset only, is closest to the original layer's output on the tokens
+///                 (squared Frobenius error), searched exhaustively or over seeded random subsets (params.samples).
+enum class prune_criterion { frequency, reap, router_score, output };
 
 inline const char* to_string(prune_criterion c) noexcept {
-  return c == prune_criterion::frequency ? "frequency" : c == prune_criterion::reap ? "reap" : "unknown";
+  switch (c) {
+    case prune_criterion::frequency: return "frequency";
+    case prune_criterion::reap: return "reap";
+    case prune_criterion::router_score: return "router-score";
+    case prune_criterion::output: return "output";
+  }
+  return "unknown";
 }
 
-/// Parses frequency or reap; invalid_argument otherwise.
+/// Parses frequency, reap, router-score or output; invalid_argument otherwise.
 inline prune_criterion parse_prune_criterion(std::string_view name) {
-  if (name == "frequency") return prune_criterion::frequency;
-  if (name == "reap") return prune_criterion::reap;
-  MOECOMP_FAIL(error_kind::invalid_argument, "criterion: expected frequency or reap, got '", std::string(name), "'");
+  for (prune_criterion c : {prune_criterion::frequency, prune_criterion::reap, prune_criterion::router_score,
+                            prune_criterion::output})
+    if (name == to_string(c)) return c;
+  MOECOMP_FAIL(error_kind::invalid_argument, "criterion: expected frequency, reap, router-score or output, got '",
+               std::string(name), "'");
+}
+
+/// Neuron alignment before a merge (hc_smoe, cka_merge): none (the papers' merges), weights (each member's
+/// neurons matched to its group's dominant by the squared distance of their design rows [W1_i | W3_i | W2[:, i]],
+/// Git Re-Basin's and ResMoE's weight matching) or activations (by the correlation of their hidden activations on
+/// the group's calibration tokens, ZipIt's and HC-SMoE's neuron feature), each solved exactly
+/// (merge::merge_params::align_members).
+enum class merge_alignment { none, weights, activations };
+
+inline const char* to_string(merge_alignment a) noexcept {
+  switch (a) {
+    case merge_alignment::none: return "none";
+    case merge_alignment::weights: return "weights";
+    case merge_alignment::activations: return "activations";
+  }
+  return "unknown";
+}
+
+/// Parses none, weights or activations; invalid_argument otherwise.
+inline merge_alignment parse_merge_alignment(std::string_view name) {
+  for (merge_alignment a : {merge_alignment::none, merge_alignment::weights, merge_alignment::activations})
+    if (name == to_string(a)) return a;
+  MOECOMP_FAIL(error_kind::invalid_argument, "align: expected none, weights or activations, got '", std::string(name), "'");
 }
 
 /// Every tunable of a compression. A field left at its "auto" value (0, automatic, nullopt) is settled for the
@@ -155,6 +192,16 @@ struct compress_params {
   expert_similarity similarity = expert_similarity::automatic;
   /// prune: the score.
   prune_criterion criterion = prune_criterion::frequency;
+  /// prune with criterion output: the subsets searched. 0: every subset when C(E, N) <= 100,000, else 100,000
+  /// random subsets (HC-SMoE's setting for Qwen); S > 0: every subset when C(E, N) <= S, else S random subsets,
+  /// drawn by moecomp's generator from `seed` (stream: the layer). The first best subset found is kept.
+  index_t samples = 0;
+  /// prune with criterion frequency or router_score: rank the experts of all layers together (HC-SMoE's
+  /// "global" F-prune and S-prune), keeping experts x layers in all; each layer keeps at least the model's top-k.
+  /// Both scores sum to 1 over a layer's experts, so they compare across layers.
+  bool global = false;
+  /// hc_smoe, cka_merge: neuron alignment of each group's members to its dominant before the merge.
+  merge_alignment align = merge_alignment::none;
   /// moecomp's generator: the merges' token caps, the partition's restarts, moefy's k-means starts.
   std::uint64_t seed = 0;
   /// resmoe: the fraction of each expert's design residual kept, (0, 1] (ResMoE's 0.25).

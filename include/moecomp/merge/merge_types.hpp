@@ -105,8 +105,16 @@ struct merge_params {
   /// from `seed` (stream: the group id) when there are more (HC-SMoE's data_limit). 0: all tokens.
   index_t token_cap = 50000;
   std::uint64_t seed = 0;
-  /// aligned: the alignment objective (weights, inner, or correlation on the group's tokens).
+  /// aligned, and every method when align_members: the alignment objective (weights, inner, or correlation on
+  /// the group's tokens).
   align::align_params align;
+  /// Align each member's neurons to its group's dominant (params.align, one exact assignment per member) before
+  /// the coefficient merge: average, frequency, uniform and learned then combine neuron i of the dominant with
+  /// the neuron of each member matched to it (HC-SMoE and the fourth paper merge unaligned; MC-SMoE aligns).
+  /// dominant keeps one expert and is unchanged; aligned aligns already; fix_dom matches neurons itself, so
+  /// align_members with either is misuse. The correlation objective needs the calibration tokens; a group with
+  /// fewer than two of them keeps its members unaligned.
+  bool align_members = false;
   /// learned: at most this many projected-gradient iterations per group; stop when no coefficient moves by
   /// more than learned_tolerance. max_iterations >= 1, learned_tolerance >= 0.
   int max_iterations = 100;

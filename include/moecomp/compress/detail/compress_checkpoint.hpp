@@ -172,6 +172,35 @@ inline void write_other_tensors(const io::safetensors_checkpoint& checkpoint, co
   }
 }
 
+/// Global pruning's share of each layer: N x L experts in all, each layer's top-k best first (so every layer can
+/// route), then the rest by score over all layers (ties to the lower layer, then the lower expert); each layer's
+/// kept experts in increasing order.
+inline std::vector<std::vector<std::int64_t>> global_prune_allocation(const std::vector<std::vector<double>>& scores,
+                                                                      index_t per_layer, index_t top_k) {
+  const auto L = scores.size();
+  std::vector<std::vector<std::int64_t>> kept(L);
+  std::vector<std::vector<bool>> taken(L);
+  struct candidate {
+    double score;
+    std::size_t layer;
+    std::int64_t expert;
+  };
+  std::vector<candidate> rest;
+  for (std::size_t l = 0; l < L; ++l) {
+    const std::vector<std::int64_t> first = top_scores(scores[l], top_k);
+    taken[l].assign(scores[l].size(), false);
+    for (std::int64_t e : first) taken[l][static_cast<std::size_t>(e)] = true;
+    kept[l] = first;
+    for (std::size_t e = 0; e < scores[l].size(); ++e)
+      if (!taken[l][e]) rest.push_back({scores[l][e], l, static_cast<std::int64_t>(e)});
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const candidate& a, const candidate& b) { return a.score > b.score; });
+  const std::size_t extra = static_cast<std::size_t>(per_layer - top_k) * L;
+  for (std::size_t q = 0; q < extra && q < rest.size(); ++q) kept[rest[q].layer].push_back(rest[q].expert);
+  for (auto& k : kept) std::sort(k.begin(), k.end());
+  return kept;
+}
+
 inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const compress_params& params,
                                                   const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
                                                   const model::checkpoint_layout& layout, const std::string& config_text,
@@ -188,6 +217,21 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
   result.experts_after = params.experts;
   json id_maps = json::object();
   std::set<std::string> written;
+  // Global pruning (HC-SMoE's F-prune and S-prune): every layer's scores first, then the kept experts of each.
+  std::vector<std::vector<double>> global_scores;
+  std::vector<std::vector<std::int64_t>> global_kept;
+  if (params.global) {
+    for (index_t i = 0; i < L; ++i) {
+      if (stopped(observer, result)) return result;
+      const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
+      if (observer.step) observer.step(i, L, layer_prefix(names), "scores");
+      const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
+      const host_matrix<float> x = model::read_calibration_tokens(*calibration, calibration_key(m, names), w.d_model);
+      global_scores.push_back(prune_scores(ctx, params, m, layer_view(w), x.const_view()));
+      for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+    }
+    global_kept = global_prune_allocation(global_scores, params.experts, m.top_k);
+  }
   for (index_t i = 0; i < L; ++i) {
     const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
     layer_report report;
@@ -201,7 +245,12 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), w.d_model);
     report.steps_seconds.emplace_back("loading", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
-    compressed_layer c = compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report);
+    compressed_layer c =
+        params.global
+            ? prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report,
+                          &global_kept[static_cast<std::size_t>(i)], &global_scores[static_cast<std::size_t>(i)])
+            : compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report,
+                                  static_cast<std::uint64_t>(i));
     round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
                            names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
                            names.correction_bias.empty() ? io::safetensors_dtype::f32
@@ -286,13 +335,24 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
 
   // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
   json config = json::parse(config_text);
+  index_t most_experts = 0;
+  json per_layer = json::array();
+  for (const auto& l : result.layers) {
+    most_experts = std::max(most_experts, l.experts);
+    per_layer.push_back(l.experts);
+  }
   if (!keeps_router_rows(params)) {
+    // A global prune's layers differ: config.json holds the largest (one key cannot say more), the record each.
     const auto key = layout.config.find("num_experts");
-    if (key != layout.config.end()) config[key->second] = params.experts;
+    if (key != layout.config.end()) config[key->second] = params.global ? most_experts : params.experts;
   }
   json record;
   record["method"] = to_string(params.method);
   record["experts_before"] = E;
+  if (params.global) {
+    record["global"] = true;
+    record["experts_per_layer"] = per_layer;
+  }
   record["version"] = MOECOMP_VERSION_STRING;
   if (!id_maps.empty()) record["id_maps"] = id_maps;
   if (params.method == method::resmoe) {

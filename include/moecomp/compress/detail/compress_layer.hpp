@@ -8,6 +8,8 @@
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/parallel.hpp>
 #include <moecomp/core/detail/ffn_checks.hpp>
+#include <moecomp/core/detail/parallel.hpp>
+#include <moecomp/core/random.hpp>
 #include <moecomp/cluster/fcluster.hpp>
 #include <moecomp/cluster/grouping.hpp>
 #include <moecomp/cluster/linkage.hpp>
@@ -307,46 +309,183 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   return out;
 }
 
-/// prune: each expert's score, the N highest kept (ties to the lowest index) in their original order, the
-/// router's rows (and biases) of the kept experts.
-inline compressed_layer prune_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                                    const moe_layer_weights_view& w, matrix_view<const float> x,
-                                    const step_timer& timed, layer_report& report) {
-  const index_t E = w.experts.experts(), H = w.experts.d_model(), N = params.experts;
+/// prune's per-expert score (frequency, reap, router_score; see prune_criterion). Frequency and router_score sum
+/// to 1 over the layer's experts.
+inline std::vector<double> prune_scores(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                        const moe_layer_weights_view& w, matrix_view<const float> x) {
+  const index_t E = w.experts.experts();
   moe::ffn_params ffn;
   ffn.act = m.activation;
   std::vector<double> score(static_cast<std::size_t>(E), 0.0);
-  timed("scores", [&] {
-    if (params.criterion == prune_criterion::frequency) {
-      merge::routing_frequencies<float>(ctx, m.top_k, x, w.router, make_vector_view(score.data(), E));
-      return;
-    }
-    // REAP's saliency: the mean over the tokens routed to e of gate weight x ||f_e(x_t)||.
-    const index_t T = x.rows(), K = gating::max_experts_per_token(model::routing_of(m), E);
-    host_matrix<float> logits(T, E), weights(T, K), norms(T, E);
-    host_matrix<std::int64_t> ids(T, K);
-    moe::router_logits<float>(ctx, x, w.router, w.router_bias, logits.view());
-    gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(), w.correction_bias, ids.view(),
-                               weights.view());
-    moe::expert_output_norms<float>(ctx, ffn, w.experts, x, norms.view());
-    std::vector<double> count(static_cast<std::size_t>(E), 0.0);
-    for (index_t t = 0; t < T; ++t)
-      for (index_t q = 0; q < K; ++q) {
-        const std::int64_t e = ids(t, q);
-        if (e >= E) continue;
-        score[static_cast<std::size_t>(e)] += static_cast<double>(weights(t, q)) * static_cast<double>(norms(t, e));
-        count[static_cast<std::size_t>(e)] += 1.0;
+  if (params.criterion == prune_criterion::frequency) {
+    merge::routing_frequencies<float>(ctx, m.top_k, x, w.router, make_vector_view(score.data(), E));
+    return score;
+  }
+  const index_t T = x.rows();
+  host_matrix<float> logits(T, E);
+  moe::router_logits<float>(ctx, x, w.router, w.router_bias, logits.view());
+  if (params.criterion == prune_criterion::router_score) {
+    // S-prune: each token's router probabilities (the model's score function; softmax for raw-logit routers),
+    // summed over the tokens in token order, then scaled to sum 1 over the experts.
+    const bool sigmoid = model::routing_of(m).scores == gating::score_function::sigmoid;
+    std::vector<double> p(static_cast<std::size_t>(E));
+    double total = 0;
+    for (index_t t = 0; t < T; ++t) {
+      double top = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (index_t e = 0; e < E; ++e) top = std::max(top, static_cast<double>(logits(t, e)));
+      for (index_t e = 0; e < E; ++e) {
+        const double l = logits(t, e);
+        p[static_cast<std::size_t>(e)] = sigmoid ? 1.0 / (1.0 + std::exp(-l)) : std::exp(l - top);
+        sum += p[static_cast<std::size_t>(e)];
       }
-    for (index_t e = 0; e < E; ++e)
-      if (count[static_cast<std::size_t>(e)] > 0) score[static_cast<std::size_t>(e)] /= count[static_cast<std::size_t>(e)];
-  });
-  std::vector<index_t> order(static_cast<std::size_t>(E));
+      for (index_t e = 0; e < E; ++e) score[static_cast<std::size_t>(e)] += sigmoid ? p[static_cast<std::size_t>(e)] : p[static_cast<std::size_t>(e)] / sum;
+    }
+    for (double v : score) total += v;
+    if (total > 0)
+      for (double& v : score) v /= total;
+    return score;
+  }
+  // REAP's saliency: the mean over the tokens routed to e of gate weight x ||f_e(x_t)||.
+  const index_t K = gating::max_experts_per_token(model::routing_of(m), E);
+  host_matrix<float> weights(T, K), norms(T, E);
+  host_matrix<std::int64_t> ids(T, K);
+  gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(), w.correction_bias, ids.view(), weights.view());
+  moe::expert_output_norms<float>(ctx, ffn, w.experts, x, norms.view());
+  std::vector<double> count(static_cast<std::size_t>(E), 0.0);
+  for (index_t t = 0; t < T; ++t)
+    for (index_t q = 0; q < K; ++q) {
+      const std::int64_t e = ids(t, q);
+      if (e >= E) continue;
+      score[static_cast<std::size_t>(e)] += static_cast<double>(weights(t, q)) * static_cast<double>(norms(t, e));
+      count[static_cast<std::size_t>(e)] += 1.0;
+    }
+  for (index_t e = 0; e < E; ++e)
+    if (count[static_cast<std::size_t>(e)] > 0) score[static_cast<std::size_t>(e)] /= count[static_cast<std::size_t>(e)];
+  return score;
+}
+
+/// The N highest scores' experts (ties to the lowest index), in increasing order.
+inline std::vector<std::int64_t> top_scores(const std::vector<double>& score, index_t N) {
+  std::vector<index_t> order(score.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
     return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
   });
   std::vector<std::int64_t> kept(order.begin(), order.begin() + N);
   std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+/// C(n, k), or `cap` + 1 when it exceeds `cap`.
+inline std::uint64_t capped_binomial(index_t n, index_t k, std::uint64_t cap) {
+  k = std::min(k, n - k);
+  std::uint64_t c = 1;
+  for (index_t i = 1; i <= k; ++i) {
+    // c * (n - k + i) / i is exact at every step; c <= cap < 2^32 before the product, so it cannot overflow
+    // for n < 2^32, and the loop stops once past the cap (c only grows).
+    c = c * static_cast<std::uint64_t>(n - k + i) / static_cast<std::uint64_t>(i);
+    if (c > cap) return cap + 1;
+  }
+  return c;
+}
+
+/// O-prune: the subset of N experts whose layer output, routed over that subset only (the pruned layer's router
+/// rows and biases), is closest to the original layer output on x, in squared Frobenius norm accumulated in
+/// double. The experts' outputs are computed once; each subset routes the tokens over its logits. Every subset in
+/// lexicographic order when there are at most `budget` (params.samples, or 100,000), else `budget` subsets drawn
+/// by partial Fisher-Yates from moecomp's generator (seed, stream = layer). The first strictly best is kept.
+/// scores[e] = -(best error of a searched subset holding e), for the report; error_out the best error / ||y||^2.
+inline std::vector<std::int64_t> output_subset(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                               const moe_layer_weights_view& w, matrix_view<const float> x,
+                                               std::uint64_t layer, std::vector<double>& scores) {
+  const index_t E = w.experts.experts(), H = w.experts.d_model(), T = x.rows(), N = params.experts;
+  moe::ffn_params ffn;
+  ffn.act = m.activation;
+  host_matrix<float> outputs(E * T, H), logits(T, E);
+  moe::ffn_stack_forward<float>(ctx, ffn, w.experts, x, matrix_stack_view<float>(outputs.data(), E, T, H));
+  moe::router_logits<float>(ctx, x, w.router, w.router_bias, logits.view());
+  gating::routing_params routing = model::routing_of(m);
+  const index_t K = gating::max_experts_per_token(routing, N);
+  // The original routed output (the shared expert is in both outputs and cancels).
+  const auto routed_output = [&](const std::vector<index_t>& subset, std::vector<double>& y) {
+    const index_t n = static_cast<index_t>(subset.size());
+    const index_t k = gating::max_experts_per_token(routing, n);
+    host_matrix<float> sub(T, n), wts(T, k);
+    host_matrix<std::int64_t> ids(T, k);
+    std::vector<float> bias;
+    for (index_t t = 0; t < T; ++t)
+      for (index_t j = 0; j < n; ++j) sub(t, j) = logits(t, subset[static_cast<std::size_t>(j)]);
+    for (index_t j = 0; j < n && !w.correction_bias.empty(); ++j) bias.push_back(w.correction_bias[subset[static_cast<std::size_t>(j)]]);
+    gating::route_fixed<float>(host_context(1), routing, sub.const_view(),
+                               bias.empty() ? vector_view<const float>() : make_vector_view<const float>(bias.data(), n),
+                               ids.view(), wts.view());
+    std::fill(y.begin(), y.end(), 0.0);
+    for (index_t t = 0; t < T; ++t)
+      for (index_t q = 0; q < k; ++q) {
+        const std::int64_t j = ids(t, q);
+        if (j < 0 || j >= n) continue;
+        const float* o = outputs.data() + (static_cast<index_t>(subset[static_cast<std::size_t>(j)]) * T + t) * H;
+        const double g = wts(t, q);
+        for (index_t h = 0; h < H; ++h) y[static_cast<std::size_t>(t * H + h)] += g * static_cast<double>(o[h]);
+      }
+  };
+  std::vector<index_t> all(static_cast<std::size_t>(E));
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<double> reference(static_cast<std::size_t>(T * H));
+  routed_output(all, reference);
+  (void)K;
+  const std::uint64_t budget = params.samples > 0 ? static_cast<std::uint64_t>(params.samples) : 100000u;
+  const std::uint64_t total = capped_binomial(E, N, budget);
+  const bool exhaustive = total <= budget;
+  const std::uint64_t count = exhaustive ? total : budget;
+  // The candidates, materialised in order (exhaustive: lexicographic; else the generator's draws).
+  std::vector<std::vector<index_t>> candidates(static_cast<std::size_t>(count));
+  if (exhaustive) {
+    std::vector<index_t> c(static_cast<std::size_t>(N));
+    std::iota(c.begin(), c.end(), 0);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      candidates[static_cast<std::size_t>(i)] = c;
+      index_t j = N - 1;
+      while (j >= 0 && c[static_cast<std::size_t>(j)] == E - N + j) --j;
+      if (j < 0) break;
+      ++c[static_cast<std::size_t>(j)];
+      for (index_t q = j + 1; q < N; ++q) c[static_cast<std::size_t>(q)] = c[static_cast<std::size_t>(q - 1)] + 1;
+    }
+  } else {
+    random_generator rng(params.seed, layer);
+    std::vector<index_t> p(static_cast<std::size_t>(E));
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::iota(p.begin(), p.end(), 0);
+      for (index_t q = 0; q < N; ++q)
+        std::swap(p[static_cast<std::size_t>(q)], p[static_cast<std::size_t>(q + static_cast<index_t>(rng.uniform_index(static_cast<std::uint64_t>(E - q))))]);
+      std::vector<index_t> c(p.begin(), p.begin() + N);
+      std::sort(c.begin(), c.end());
+      candidates[static_cast<std::size_t>(i)] = std::move(c);
+    }
+  }
+  // Each candidate's error, over the threads (each writes its own slot), then the first minimum in order.
+  std::vector<double> errors(static_cast<std::size_t>(count));
+  moecomp::detail::parallel_for(static_cast<index_t>(count), ctx.threads(), [&](index_t i, int) {
+    std::vector<double> y(static_cast<std::size_t>(T * H));
+    routed_output(candidates[static_cast<std::size_t>(i)], y);
+    double err = 0;
+    for (std::size_t q = 0; q < y.size(); ++q) err += (y[q] - reference[q]) * (y[q] - reference[q]);
+    errors[static_cast<std::size_t>(i)] = err;
+  });
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < errors.size(); ++i)
+    if (errors[i] < errors[best]) best = i;
+  scores.assign(static_cast<std::size_t>(E), -std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < errors.size(); ++i)
+    for (index_t e : candidates[i])
+      scores[static_cast<std::size_t>(e)] = std::max(scores[static_cast<std::size_t>(e)], -errors[i]);
+  return std::vector<std::int64_t>(candidates[best].begin(), candidates[best].end());
+}
+
+/// The pruned layer: the original stack addressed through the kept experts (increasing order), their router rows
+/// and biases.
+inline compressed_layer pruned_layer(const moe_layer_weights_view& w, const std::vector<std::int64_t>& kept) {
+  const index_t E = w.experts.experts(), H = w.experts.d_model(), N = static_cast<index_t>(kept.size());
   compressed_layer out;
   out.stack_experts = E;  // the original stack, addressed through the slots
   out.slots = kept;
@@ -357,10 +496,36 @@ inline compressed_layer prune_layer(const host_context& ctx, const compress_para
     if (!w.router_bias.empty()) out.router_bias.push_back(w.router_bias[e]);
     if (!w.correction_bias.empty()) out.correction_bias.push_back(w.correction_bias[e]);
   }
+  return out;
+}
+
+/// prune: each expert's score and the N highest kept (ties to the lowest index), or O-prune's best subset; the
+/// router's rows (and biases) of the kept experts. `kept_given` (global pruning): the layer's share, chosen by
+/// compress_checkpoint from every layer's scores.
+inline compressed_layer prune_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                    const moe_layer_weights_view& w, matrix_view<const float> x, std::uint64_t layer,
+                                    const step_timer& timed, layer_report& report,
+                                    const std::vector<std::int64_t>* kept_given = nullptr,
+                                    const std::vector<double>* scores_given = nullptr) {
+  std::vector<double> score;
+  std::vector<std::int64_t> kept;
+  if (kept_given != nullptr) {
+    kept = *kept_given;
+    score = *scores_given;
+  } else {
+    timed(params.criterion == prune_criterion::output ? "subsets" : "scores", [&] {
+      if (params.criterion == prune_criterion::output) {
+        kept = output_subset(ctx, params, m, w, x, layer, score);
+      } else {
+        score = prune_scores(ctx, params, m, w, x);
+        kept = top_scores(score, params.experts);
+      }
+    });
+  }
   report.criterion = to_string(params.criterion);
   report.scores = score;
   report.kept = kept;
-  return out;
+  return pruned_layer(w, kept);
 }
 
 /// HC-SMoE's grouping: the features, the linkage, fcluster to N groups (relabelled by first appearance), and
@@ -581,8 +746,8 @@ inline void m_smoe_groups(const host_context& ctx, const model::moe_model& m, co
 inline compressed_layer compress_layer_host(const host_context& ctx, const compress_params& params,
                                             const model::moe_model& m, const moe_layer_weights_view& w,
                                             matrix_view<const float> x, io::safetensors_dtype expert_dtype,
-                                            const step_timer& timed, layer_report& report) {
-  if (params.method == method::prune) return prune_layer(ctx, params, m, w, x, timed, report);
+                                            const step_timer& timed, layer_report& report, std::uint64_t layer = 0) {
+  if (params.method == method::prune) return prune_layer(ctx, params, m, w, x, layer, timed, report);
   if (params.method == method::resmoe) return resmoe_layer(ctx, params, w, expert_dtype, timed, report);
   const index_t E = w.experts.experts();
   std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
@@ -593,14 +758,18 @@ inline compressed_layer compress_layer_host(const host_context& ctx, const compr
   mp.seed = params.seed;
   mp.report_errors = x.rows() > 0;
   mp.method = *params.merge;
+  mp.align_members = params.align != merge_alignment::none;
+  mp.align.objective = params.align == merge_alignment::activations ? align::align_objective::correlation
+                                                                    : align::align_objective::weights;
+  mp.align.forward.act = m.activation;
   if (params.method == method::hc_smoe) {
     hc_smoe_groups(ctx, params, m, w, x, timed, labels, dominants);
     mp.router = merge::router_rule::id_map;
   } else if (params.method == method::m_smoe) {
     m_smoe_groups(ctx, m, w, params.experts, x, timed, labels, dominants, report);
     mp.router = merge::router_rule::id_map;  // MC-SMoE keeps the gate: each old id maps to its group
-    mp.align.objective = align::align_objective::inner;  // MC-SMoE's weight matching
-    mp.align.forward = mp.forward;
+    mp.align_members = true;                             // MC-SMoE aligns every member to its dominant,
+    mp.align.objective = align::align_objective::inner;  // by weight matching, before the frequency merge
     mp.frequency_top_k = m.top_k;  // the frequencies that chose the dominants
   } else {
     cka_merge_groups(ctx, params, m, w, x, timed, labels, report);

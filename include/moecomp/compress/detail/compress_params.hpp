@@ -85,14 +85,41 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
                     fn, ": params.merge must be uniform, dominant or learned for cka-merge, got ", merge::to_string(*p.merge));
   } else if (p.method == method::m_smoe) {
     // M-SMoE's merge: each member's neurons aligned to its dominant's (weight matching, MC-SMoE's inner
-    // objective), then averaged.
-    if (!p.merge) p.merge = merge::merge_method::aligned;
-    MOECOMP_EXPECTS(*p.merge == merge::merge_method::aligned, fn,
-                    ": params.merge is fixed for m-smoe (aligned: weight matching to the dominant, then the merge), got ",
+    // objective), then the frequency-weighted mean.
+    if (!p.merge) p.merge = merge::merge_method::frequency;
+    MOECOMP_EXPECTS(*p.merge == merge::merge_method::frequency, fn,
+                    ": params.merge is fixed for m-smoe (frequency, after weight matching to the dominant), got ",
                     merge::to_string(*p.merge));
+    MOECOMP_EXPECTS(p.align == merge_alignment::none, fn,
+                    ": params.align is fixed for m-smoe (weight matching to the dominant), got ", to_string(p.align));
   } else {
     MOECOMP_EXPECTS(!p.merge, fn, ": params.merge is for hc-smoe and cka-merge: ", to_string(p.method), " merges nothing, got ",
                     merge::to_string(*p.merge));
+  }
+  // The baselines' options (issue 34): each only where it means something.
+  MOECOMP_EXPECTS(p.align == merge_alignment::none || p.method == method::hc_smoe || p.method == method::cka_merge, fn,
+                  ": params.align is for the methods that merge (hc-smoe, cka-merge): ", to_string(p.method),
+                  " merges nothing, got ", to_string(p.align));
+  MOECOMP_EXPECTS(p.align == merge_alignment::none || !p.merge ||
+                      (*p.merge != merge::merge_method::fix_dom && *p.merge != merge::merge_method::dominant),
+                  fn, ": params.align must be none with params.merge ", p.merge ? merge::to_string(*p.merge) : "",
+                  *p.merge == merge::merge_method::fix_dom ? " (fix-dom matches the neurons itself)" : " (it keeps one expert)",
+                  ", got ", to_string(p.align));
+  MOECOMP_EXPECTS(p.samples >= 0, fn, ": params.samples must be >= 0 (0: the default), got ", p.samples);
+  MOECOMP_EXPECTS(p.samples == 0 || (p.method == method::prune && p.criterion == prune_criterion::output), fn,
+                  ": params.samples is for prune with criterion output, got ", p.samples, " with ", to_string(p.method),
+                  p.method == method::prune ? std::string(" criterion ") + to_string(p.criterion) : std::string());
+  MOECOMP_EXPECTS(!p.global || (p.method == method::prune && (p.criterion == prune_criterion::frequency ||
+                                                              p.criterion == prune_criterion::router_score)),
+                  fn, ": params.global is for prune with criterion frequency or router-score (scores that sum to 1 in ",
+                  "every layer), got ", to_string(p.method),
+                  p.method == method::prune ? std::string(" criterion ") + to_string(p.criterion) : std::string());
+  if (p.global) {
+    const gating::routing_params r = model::routing_of(m);
+    MOECOMP_EXPECTS(r.n_group <= 1 || (r.rule != gating::routing_rule::deepseek_v3 &&
+                                       r.rule != gating::routing_rule::group_limited_greedy),
+                    fn, ": params.global cannot prune a group-limited router (n_group ", r.n_group,
+                    "): its layers must keep a multiple of the groups");
   }
   // What needs calibration tokens, said before any work.
   std::string needs;
@@ -104,6 +131,7 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
   if (p.method == method::cka_merge && *p.merge != merge::merge_method::uniform)
     needs = std::string("params.merge ") + merge::to_string(*p.merge);
   if (p.method == method::prune) needs = std::string("params.criterion ") + to_string(p.criterion);
+  if (p.align == merge_alignment::activations) needs = "params.align activations";
   if (p.method == method::m_smoe) needs = "params.method m-smoe (routing frequencies and router logits)";
   MOECOMP_EXPECTS(needs.empty() || calibrated, fn, ": ", needs,
                   " needs calibration tokens (a calibration file with layers.{i}.moe_input)");

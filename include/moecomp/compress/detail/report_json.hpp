@@ -153,7 +153,7 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
     options["router"] = merge::to_string(p.merge_router);
   } else if (p.method == method::m_smoe) {
     options["merge"] = merge::to_string(*p.merge);
-    options["align"] = "inner";
+    options["align"] = "weights (inner product)";
     options["router"] = "map";
   } else if (p.method == method::resmoe) {
     options["keep"] = p.keep;

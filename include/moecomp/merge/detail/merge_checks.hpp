@@ -33,7 +33,13 @@ inline void check_merge_params(const char* fn, const merge_params& p, index_t ex
   MOECOMP_EXPECTS(p.max_iterations >= 1, fn, ": params.max_iterations must be >= 1, got ", p.max_iterations);
   MOECOMP_EXPECTS(std::isfinite(p.learned_tolerance) && p.learned_tolerance >= 0, fn,
                   ": params.learned_tolerance must be finite and >= 0, got ", p.learned_tolerance);
-  if (p.method == merge_method::aligned) moecomp::detail::check_ffn_params(fn, p.align.forward);
+  if (p.method == merge_method::aligned || p.align_members) moecomp::detail::check_ffn_params(fn, p.align.forward);
+  MOECOMP_EXPECTS(!p.align_members || (p.method != merge_method::aligned && p.method != merge_method::fix_dom &&
+                                       p.method != merge_method::dominant),
+                  fn, ": params.align_members must be false with method ", to_string(p.method),
+                  p.method == merge_method::dominant ? " (it keeps one expert: nothing to align)"
+                                                      : " (it matches the neurons itself)",
+                  ", got true");
 }
 
 /// The number of groups g = 1 + the largest label; every label in [0, g) must have a member. Throws otherwise.
@@ -92,10 +98,11 @@ void check_merge_data(const char* fn, const merge_params& params, const merge_da
     }
   }
   const merge_method m = params.method;
-  const bool needs_x = m == merge_method::fix_dom || m == merge_method::learned ||
-                       (m == merge_method::aligned && params.align.objective == align::align_objective::correlation);
+  const bool correlation = params.align.objective == align::align_objective::correlation;
+  const bool aligns = m == merge_method::aligned || params.align_members;
+  const bool needs_x = m == merge_method::fix_dom || m == merge_method::learned || (aligns && correlation);
   MOECOMP_EXPECTS(!needs_x || !data.x.empty(), fn, ": method ", to_string(m),
-                  m == merge_method::aligned ? " with the correlation objective" : "",
+                  aligns && correlation ? " aligned with the correlation objective" : "",
                   " needs calibration tokens x, got none");
   const bool needs_f = m == merge_method::frequency || m == merge_method::dominant;
   const bool has_f = !data.frequencies.empty() || (!data.router.empty() && !data.x.empty());

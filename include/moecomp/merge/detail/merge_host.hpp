@@ -469,6 +469,58 @@ class learned_problem {
   bool forward_current_ = false;
 };
 
+/// A group's members, in the merge order (the dominant first), copied with each member's neurons permuted into
+/// its dominant's order (align_members): row i of W1 / W3, entry i of b1 / b3 and column i of W2 of copy j are
+/// neuron p_j(i) of member j. The correlation objective on fewer than two tokens keeps the identity.
+template <class W>
+class aligned_group {
+ public:
+  template <class A>
+  aligned_group(const host_context& ctx, const merge_params& params, const moe::ffn_expert_stack_view<W>& experts,
+                const std::vector<index_t>& ordered, matrix_view<const A> xg)
+      : n_(static_cast<index_t>(ordered.size())), d_(experts.d_model()), f_(experts.d_ff()), gated_(experts.gated()),
+        w1_(static_cast<std::size_t>(n_ * f_ * d_)), w3_(gated_ ? w1_.size() : 0), w2_(w1_.size()),
+        b1_(experts.b1.empty() ? 0 : static_cast<std::size_t>(n_ * f_)), b3_(experts.b3.empty() ? 0 : static_cast<std::size_t>(n_ * f_)),
+        b2_(experts.b2.empty() ? 0 : static_cast<std::size_t>(n_ * d_)) {
+    const moe::ffn_expert_view<W> dominant = experts.expert(ordered[0]);
+    const bool can_align = params.align.objective != align::align_objective::correlation || xg.rows() >= 2;
+    std::vector<index_t> p(static_cast<std::size_t>(f_));
+    for (index_t j = 0; j < n_; ++j) {
+      const moe::ffn_expert_view<W> e = experts.expert(ordered[static_cast<std::size_t>(j)]);
+      std::iota(p.begin(), p.end(), index_t(0));
+      if (j > 0 && can_align) {
+        const align::align_result r = align::align_experts<W>(ctx, params.align, dominant, e, xg, vector_view<index_t>(p.data(), f_));
+        if (!r.ok()) status = r.status;
+      }
+      for (index_t i = 0; i < f_; ++i) {
+        const index_t s = p[static_cast<std::size_t>(i)];
+        std::copy_n(e.w1.row_ptr(s), d_, w1_.data() + (j * f_ + i) * d_);
+        if (gated_) std::copy_n(e.w3.row_ptr(s), d_, w3_.data() + (j * f_ + i) * d_);
+        if (!b1_.empty()) b1_[static_cast<std::size_t>(j * f_ + i)] = e.b1[s];
+        if (!b3_.empty()) b3_[static_cast<std::size_t>(j * f_ + i)] = e.b3[s];
+        for (index_t r = 0; r < d_; ++r) w2_[static_cast<std::size_t>((j * d_ + r) * f_ + i)] = e.w2(r, s);
+      }
+      if (!b2_.empty()) std::copy_n(e.b2.data(), d_, b2_.data() + j * d_);
+    }
+  }
+  moe::ffn_expert_stack_view<W> stack() const {
+    moe::ffn_expert_stack_view<W> v;
+    v.w1 = matrix_stack_view<const W>(w1_.data(), n_, f_, d_);
+    if (gated_) v.w3 = matrix_stack_view<const W>(w3_.data(), n_, f_, d_);
+    v.w2 = matrix_stack_view<const W>(w2_.data(), n_, d_, f_);
+    if (!b1_.empty()) v.b1 = matrix_view<const W>(b1_.data(), n_, f_, f_);
+    if (!b3_.empty()) v.b3 = matrix_view<const W>(b3_.data(), n_, f_, f_);
+    if (!b2_.empty()) v.b2 = matrix_view<const W>(b2_.data(), n_, d_, d_);
+    return v;
+  }
+  moecomp::status status = moecomp::status::ok;
+
+ private:
+  index_t n_, d_, f_;
+  bool gated_;
+  std::vector<W> w1_, w3_, w2_, b1_, b3_, b2_;
+};
+
 template <class W, class A = accumulator_t<W>>
 learned_outcome learn_coefficients(const host_context& ctx, const merge_params& params,
                                    const moe::ffn_expert_stack_view<W>& experts, const std::vector<index_t>& members,
@@ -521,7 +573,23 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
         have_x && t_count > 0 && (params.report_errors || params.method == merge_method::learned);
     if (need_target)
       y = group_target<W, A>(ctx, params.forward, experts, plan.members, xg, plan.tokens, routed ? &routes : nullptr);
-    switch (params.method) {
+    if (params.align_members) {  // merge the members as aligned copies, the dominant first (see merge_params)
+      const aligned_group<W> aligned(ctx, params, experts, ordered, xg);
+      if (report.ok() && aligned.status != moecomp::status::ok) report.status = aligned.status;
+      std::vector<index_t> local(n);
+      std::iota(local.begin(), local.end(), index_t(0));
+      if (params.method == merge_method::learned && need_target) {
+        const learned_outcome lo = learn_coefficients<W, A>(ctx, params, aligned.stack(), local, xg, y.data());
+        c = lo.alpha;
+        gr.objective_initial = lo.initial;
+        gr.objective_final = lo.final;
+        gr.iterations = lo.iterations;
+        report.iterations += lo.iterations;
+        report.criterion = std::max(report.criterion, lo.last_step);
+        if (!lo.converged && report.ok()) report.status = moecomp::status::iteration_limit;
+      }
+      weighted_merge<W>(ctx, aligned.stack(), local, c, {}, target);
+    } else switch (params.method) {
       case merge_method::average:
       case merge_method::uniform:
       case merge_method::frequency: weighted_merge<W>(ctx, experts, ordered, c, {}, target); break;
