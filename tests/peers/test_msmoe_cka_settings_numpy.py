@@ -21,7 +21,8 @@ end to end on the embedded model (models/tiny-moe), against an independent numpy
   without the option.
 * cka-merge --router map against the default (merged): the same groups and experts; the map run keeps the
   router's bytes and 8 expert slots (slot e = its group's expert of the merged run), the merged run's router
-  rows are numpy's uniform mean of the members' rows rounded to bfloat16.
+  rows are numpy's uniform mean of the members' rows rounded to bfloat16. --router dominant: the same groups and
+  experts, each group's row the input's bytes of its most frequent member (numpy's top-2 counts).
 * Bad input: exit 2, one "moecomp: error:" line, no OUT_DIR: m-smoe without calibration tokens,
   --similarity-tokens 0, more similarity tokens than the layer has, each new option with another method,
   --augment with --similarity weights, --router auto.
@@ -355,6 +356,27 @@ class Settings(Checker):
             bad += int(((got != bf16_bits(rows.astype(np.float32))) & ~edge).sum())
         self.check("cka-merge --router map vs merged: groups, experts, kept router, id maps, merged rows", bad == 0,
                    f"{bad} differences")
+        dom_out = self.path("dominant-rows")
+        dominant = self.compress("cka-merge --router dominant", dom_out, "--method", "cka-merge", "--router", "dominant")
+        if dominant:
+            w_dom = self.common("cka-merge --router dominant", dom_out, dominant, 4)
+            bad = 0
+            for i, (a, b) in enumerate(zip(merged["layers"], dominant["layers"])):
+                p = PREFIX.format(i)
+                bad += int(a["groups"] != b["groups"] or b["router"] != "dominant")
+                raw = w_dom[f"{p}gate.weight"][2]
+                original = self.original[f"{p}gate.weight"][2]
+                row = 128 * 2
+                f = frequencies(self.calibration[f"layers.{i}.moe_input"], decode(self.original[f"{p}gate.weight"]))
+                for g, d in enumerate(b["dominants"]):
+                    most = max(b["groups"][g], key=lambda e: (f[e], -e))  # the most frequent, ties to the lowest
+                    bad += int(d != most or raw[g * row:(g + 1) * row] != original[d * row:(d + 1) * row])
+                for g in range(4):
+                    for w in ("w1", "w3", "w2"):
+                        bad += int(w_dom[f"{p}experts.{g}.{w}.weight"] != w_merged[f"{p}experts.{g}.{w}.weight"])
+            self.check("cka-merge --router dominant: each group's row is its most frequent member's bytes, the experts "
+                       "as merged's",
+                       bad == 0, f"{bad} differences")
 
     def errors(self):
         bare = self.path("bare")
