@@ -1187,6 +1187,13 @@ struct dense_keywords {
   std::string expert_storage = "distinct";  // hc-smoe's expert storage (issue 34); kept here to leave the signature be
 };
 
+/// cka-merge's Table 3-4 keywords (issue 34): compress_params' similarity_tokens, augment and merge_router.
+struct cka_keywords {
+  index_t similarity_tokens = 0;
+  index_t augment = 0;
+  std::string merge_router = "auto";
+};
+
 /// compress_params from the keywords, "auto" where they are left at their defaults. A keyword that another method
 /// uses, given a value other than its default, is refused (the tool refuses the option): ValueError.
 mc::compress_params compress_params_from(const char* fn, const std::string& method, index_t experts,
@@ -1195,7 +1202,7 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
                                          const std::string& criterion, std::int64_t seed, double keep,
                                          const std::string& format, const std::optional<std::string>& values,
                                          index_t max_iterations, bool restore_dense, index_t top_k, index_t restarts,
-                                         const dense_keywords& dense = {}) {
+                                         const dense_keywords& dense = {}, const cka_keywords& cka = {}) {
   using m = mc::method;
   mc::compress_params p;
   p.method = named(fn, [&] { return mc::parse_method(method); });
@@ -1226,7 +1233,11 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
       {"router_steps", dense.router_steps != 0, {m::sadmoe}, "sadmoe only"},
       {"router_batch_size", dense.router_batch_size != 64, {m::sadmoe}, "sadmoe only"},
       {"tau", !dense.tau.is_none(), {m::sadmoe}, "sadmoe only"},
-      {"expert_storage", dense.expert_storage != "distinct", {m::hc_smoe}, "hc-smoe only"},  // issue 34
+      {"expert_storage", dense.expert_storage != "distinct", {m::hc_smoe, m::m_smoe, m::cka_merge},
+       "hc-smoe, m-smoe and cka-merge with merge_router map only"},  // issue 34
+      {"similarity_tokens", cka.similarity_tokens != 0, {m::cka_merge}, "cka-merge only"},
+      {"augment", cka.augment != 0, {m::cka_merge}, "cka-merge only"},
+      {"merge_router", cka.merge_router != "auto", {m::cka_merge}, "cka-merge only"},
   };
   for (const auto& r : rules)
     if (r.given && std::find(r.methods.begin(), r.methods.end(), p.method) == r.methods.end())
@@ -1256,6 +1267,9 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
   if (dense.expert_size < 0 || dense.router_steps < 0)
     throw py::value_error(std::string(fn) + ": expert_size and router_steps must be >= 0 (0: not given)");
   p.expert_size = dense.expert_size;
+  p.similarity_tokens = cka.similarity_tokens;  // negative values: resolved_params' ValueError
+  p.augment = cka.augment;
+  p.merge_router = named(fn, [&] { return moecomp::merge::parse_router_rule(cka.merge_router); });
   p.router.hidden = dense.router_hidden;
   p.router.bias = dense.router_bias;
   p.router.objective = named(fn, [&] { return moecomp::gating::parse_router_objective(dense.router_objective); });
@@ -1499,8 +1513,9 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
                                index_t max_iterations, bool restore_dense, index_t top_k, index_t restarts,
                                index_t expert_size, index_t router_hidden, bool router_bias,
                                const std::string& router_objective, double router_lr, index_t router_epochs,
-                               index_t router_steps, index_t router_batch_size, py::object tau, py::handle layouts_arg,
-                               py::handle progress, int threads, const std::string& expert_storage) {
+                               index_t router_steps, index_t router_batch_size, py::object tau,
+                               index_t similarity_tokens, index_t augment, const std::string& merge_router,
+                               py::handle layouts_arg, py::handle progress, int threads, const std::string& expert_storage) {
   constexpr const char* fn = "compress_checkpoint";
   namespace io = moecomp::io;
   namespace mm = moecomp::model;
@@ -1518,9 +1533,10 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
   dense_options.router_batch_size = router_batch_size;
   dense_options.tau = std::move(tau);
   dense_options.expert_storage = expert_storage;
+  const cka_keywords cka_options{similarity_tokens, augment, merge_router};
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity,
                                                     criterion, seed, keep, format, values, max_iterations,
-                                                    restore_dense, top_k, restarts, dense_options);
+                                                    restore_dense, top_k, restarts, dense_options, cka_options);
   if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
     throw py::type_error(std::string(fn) + ": progress must be callable (layer, layers, name, step), or None");
 
@@ -1606,7 +1622,7 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
   if (splits_dense && kind == mm::model_kind::moe)
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
                           " splits dense checkpoints, and '" + model_dir +
-                          "' is an MoE model (model_type '" + model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
+                          "' is an MoE model (model_type '" + model_type + "'): use hc-smoe, cka-merge, m-smoe, resmoe or prune");
   if (!splits_dense && kind == mm::model_kind::dense)
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) + " compresses MoE checkpoints, and '" +
                           model_dir + "' is a dense model (model_type '" + model_type +
@@ -1742,7 +1758,7 @@ py::dict compress_layer(py::handle w1, py::handle w2, py::handle router, py::han
                         const std::string& format, const std::optional<std::string>& values, index_t max_iterations,
                         py::handle router_bias, py::handle correction_bias, py::handle shared_w1, py::handle shared_w3,
                         py::handle shared_w2, py::handle shared_gate, const py::dict& model, const std::string& storage,
-                        int threads) {
+                        index_t similarity_tokens, index_t augment, const std::string& merge_router, int threads) {
   constexpr const char* fn = "compress_layer";
   const tensor_arg w1a(fn, "w1", w1), w2a(fn, "w2", w2), ra(fn, "router", router);
   const std::optional<tensor_arg> xa = optional_arg(fn, "x", x), w3a = optional_arg(fn, "w3", w3),
@@ -1788,11 +1804,12 @@ py::dict compress_layer(py::handle w1, py::handle w2, py::handle router, py::han
   const moecomp::matrix_view<const float> xv = xa ? xa->matrix<const float>() : no_tokens.const_view();
   const moecomp::io::safetensors_dtype dtype = storage_dtype(fn, storage);
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity, criterion,
-                                                    seed, keep, format, values, max_iterations, false, 0, 10);
+                                                    seed, keep, format, values, max_iterations, false, 0, 10, {},
+                                                    cka_keywords{similarity_tokens, augment, merge_router});
   if (mc::splits_dense(params.method))
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
                           " splits dense FFNs (compress_checkpoint does it); "
-                          "compress_layer takes hc-smoe, cka-merge, resmoe or prune");
+                          "compress_layer takes hc-smoe, cka-merge, m-smoe, resmoe or prune");
   params = resolved(fn, [&] { return mc::resolved_params(params, m, xv.rows() > 0, dtype); });
   mc::storage_dtypes dtypes;
   dtypes.experts = dtypes.router = dtypes.router_bias = dtypes.correction_bias = dtype;
@@ -2023,6 +2040,7 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("max_iterations") = 0, py::arg("router_bias") = py::none(), py::arg("correction_bias") = py::none(),
         py::arg("shared_w1") = py::none(), py::arg("shared_w3") = py::none(), py::arg("shared_w2") = py::none(),
         py::arg("shared_gate") = py::none(), py::arg("model") = py::dict(), py::arg("storage") = "float32",
+        py::arg("similarity_tokens") = 0, py::arg("augment") = 0, py::arg("merge_router") = "auto",
         py::arg("threads") = 0,
         "One MoE layer compressed as compress_checkpoint compresses each (float32 tensors read in place): a dict "
         "with w1, w3, w2 (the new stack), slots (router id -> stack expert), router, router_bias, "
@@ -2035,7 +2053,8 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("top_k") = 0, py::arg("restarts") = 10, py::arg("expert_size") = 0, py::arg("router_hidden") = 128,
         py::arg("router_bias") = false, py::arg("router_objective") = "norm", py::arg("router_lr") = 1e-3,
         py::arg("router_epochs") = 10, py::arg("router_steps") = 0, py::arg("router_batch_size") = 64,
-        py::arg("tau") = py::none(), py::arg("layouts") = py::none(),
+        py::arg("tau") = py::none(), py::arg("similarity_tokens") = 0, py::arg("augment") = 0,
+        py::arg("merge_router") = "auto", py::arg("layouts") = py::none(),
         py::arg("progress") = py::none(), py::arg("threads") = 0, py::arg("expert_storage") = "distinct",
         "A Hugging Face checkpoint compressed as `moecomp compress` compresses it (the same files): written into "
         "out_dir (replaced whole, through a staging directory beside it); returns compression_report.json as a "

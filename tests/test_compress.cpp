@@ -858,3 +858,303 @@ TEST_CASE("resmoe ablations: svd residuals are the same bytes at 1 and 2 threads
   CHECK(!shards[1].empty());
   CHECK(shards[1] == shards[2]);
 }
+
+// ---- issue 34: M-SMoE, and cka-merge's Table 3-4 settings (similarity tokens, augmentation, router) ----
+
+namespace {
+
+/// The planted M-SMoE layer: positive tokens; experts 1 and 6 have router rows 20 e_0 and 20 e_1, experts 4 and 0
+/// rows 12 e_0 and 12 e_1, the others small multiples of e_0 (5, 7) or e_1 (2, 3). A token's top-2 is the larger
+/// of 20 x_0 and 20 x_1 and then the larger of the other 20 x and the winner's 12 x: experts 1 and 6 are the most
+/// frequent, 0 and 4 routed sometimes, the rest never. Each logit column is a multiple of x[:, 0] or x[:, 1], so
+/// exactly parallel to one dominant's: 0, 2, 3 join 6 and 4, 5, 7 join 1. Each non-dominant is its dominant with
+/// its neurons rotated (W1, W3 rows, W2 columns), so weight matching undoes the rotation and every merged expert
+/// is its dominant times (sum of the group's f) / (that sum + 1e-7).
+planted_model msmoe_planted() {
+  planted_model p(false, false);
+  moecomp::random_generator rng(11);
+  const std::vector<index_t> joins = {6, 1, 6, 6, 1, 1, 6, 1};
+  for (index_t l = 0; l < layers; ++l) {
+    std::vector<float> router(static_cast<std::size_t>(E * H), 0.0f);
+    for (index_t e = 0; e < E; ++e) {
+      const index_t axis = joins[static_cast<std::size_t>(e)] == 1 ? 0 : 1;
+      router[static_cast<std::size_t>(e * H + axis)] =
+          e == 1 || e == 6 ? 20.0f : e == 0 || e == 4 ? 12.0f : 0.25f * static_cast<float>(e + 1);
+    }
+    p.tensors[prefix(l) + "gate.weight"] = router;
+    for (index_t e = 0; e < E; ++e) {
+      const index_t d = joins[static_cast<std::size_t>(e)];
+      if (d == e) continue;
+      const std::string dst = prefix(l) + "experts." + std::to_string(e) + ".";
+      const std::string src = prefix(l) + "experts." + std::to_string(d) + ".";
+      for (const char* w : {"w1", "w3"}) {  // row i of e = row (i + e + 1) mod I of d
+        const std::vector<float> dom = p.tensors.at(src + w + ".weight");
+        std::vector<float>& out = p.tensors[dst + w + ".weight"];
+        for (index_t i = 0; i < I; ++i)
+          for (index_t h = 0; h < H; ++h)
+            out[static_cast<std::size_t>(i * H + h)] = dom[static_cast<std::size_t>(((i + e + 1) % I) * H + h)];
+      }
+      const std::vector<float> dom = p.tensors.at(src + "w2.weight");
+      std::vector<float>& out = p.tensors[dst + "w2.weight"];
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < I; ++i)
+          out[static_cast<std::size_t>(h * I + i)] = dom[static_cast<std::size_t>(h * I + (i + e + 1) % I)];
+    }
+    std::vector<float>& x = p.calibration["layers." + std::to_string(l) + ".moe_input"];
+    for (float& v : x) v = static_cast<float>(rng.uniform<double>(0.1, 1.0));
+  }
+  return p;
+}
+
+compress::compressed_layer run_layer(const opened& o, const compress::compress_params& given, index_t layer,
+                                     moecomp::matrix_view<const float> x, compress::layer_report& report) {
+  const compress::compress_params p = compress::resolved_params(given, o.m, x.rows() > 0, io::safetensors_dtype::f32);
+  const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, layer);
+  return compress::compress_layer(moecomp::host_context(2), p, o.m, w, x, {}, report);
+}
+
+}  // namespace
+
+TEST_CASE("compress_layer: M-SMoE finds the planted dominants, groups and weight matching") {
+  const opened o(msmoe_planted(), "compress_msmoe");
+  for (index_t layer = 0; layer < layers; ++layer) {
+    const moecomp::host_matrix<float> x =
+        model::read_calibration_tokens(o.calibration, "layers." + std::to_string(layer) + ".moe_input", H);
+    const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, layer);
+    compress::compress_params p;
+    p.method = compress::method::m_smoe;
+    p.experts = 2;
+    compress::layer_report report;
+    const compress::compressed_layer c = run_layer(o, p, layer, x.const_view(), report);
+    const std::vector<double>& f = report.frequencies;
+    REQUIRE(f.size() == 8);
+    for (index_t e : {2, 3, 5, 7}) CHECK(f[static_cast<std::size_t>(e)] == 0.0);
+    CHECK(f[0] > 0);
+    CHECK(f[4] > 0);
+    CHECK(std::min(f[1], f[6]) > std::max(f[0], f[4]));
+    CHECK(f[0] + f[1] + f[4] + f[6] == doctest::Approx(1.0));
+    // Expert 0 joins dominant 6 first: group 0 is 6's, group 1 is 1's.
+    CHECK(report.groups == std::vector<std::int64_t>{0, 1, 0, 0, 1, 1, 0, 1});
+    CHECK(report.dominants == std::vector<std::int64_t>{6, 1});
+    CHECK(report.id_map == report.groups);
+    CHECK(c.slots == report.groups);
+    CHECK(report.router_rule == "map");
+    CHECK(c.stack_experts == 2);
+    // The router is kept; each merged expert is its dominant times its group's frequency share (the rotations
+    // undone by the matching; without it the routed member's rotated neurons would be mixed in).
+    for (index_t e = 0; e < E; ++e)
+      for (index_t h = 0; h < H; ++h) CHECK(c.router(e, h) == w.router(e, h));
+    const std::int64_t dominant[2] = {6, 1}, routed[2] = {0, 4};
+    int off = 0;
+    for (index_t g = 0; g < 2; ++g) {
+      const double total = f[static_cast<std::size_t>(dominant[g])] + f[static_cast<std::size_t>(routed[g])];
+      const double scale = total / (total + 1e-7);
+      for (index_t k = 0; k < I * H; ++k) {
+        const auto at = static_cast<std::size_t>(g * I * H + k), from = static_cast<std::size_t>(dominant[g] * I * H + k);
+        for (const auto* pair : {&c.w1, &c.w3, &c.w2}) {
+          const std::vector<float>& source = pair == &c.w1 ? w.w1 : pair == &c.w3 ? w.w3 : w.w2;
+          const double want = scale * static_cast<double>(source[from]);
+          off += std::abs(static_cast<double>((*pair)[at]) - want) > 1e-6 * std::abs(want);
+        }
+      }
+    }
+    CHECK(off == 0);
+    CHECK(report.output_relative_error < 1e-6);
+    CHECK(report.distinct_experts == 2);
+    CHECK(report.experts == E);
+  }
+  // One dominant: everything joins the most frequent expert.
+  const moecomp::host_matrix<float> x = model::read_calibration_tokens(o.calibration, "layers.0.moe_input", H);
+  compress::compress_params p;
+  p.method = compress::method::m_smoe;
+  p.experts = 1;
+  compress::layer_report report;
+  run_layer(o, p, 0, x.const_view(), report);
+  CHECK(report.dominants == std::vector<std::int64_t>{report.frequencies[6] > report.frequencies[1] ? 6 : 1});
+  CHECK(report.groups == std::vector<std::int64_t>(8, 0));
+}
+
+TEST_CASE("resolved_params: m-smoe and cka-merge's similarity tokens, augmentation and router") {
+  const opened o(planted_model(false, false), "compress_params_34");
+  const compress::compress_params ms = resolved(o, compress::method::m_smoe, 0);
+  CHECK(ms.experts == 4);
+  CHECK(*ms.merge == moecomp::merge::merge_method::frequency);
+  CHECK(compress::keeps_router_rows(ms));
+  CHECK(resolved(o, compress::method::m_smoe, 1).experts == 1);  // an id map may keep fewer than top-k
+  CHECK(compress::parse_method("m-smoe") == compress::method::m_smoe);
+  CHECK(std::string(compress::to_string(compress::method::m_smoe)) == "m-smoe");
+  const compress::compress_params cka = resolved(o, compress::method::cka_merge, 0);
+  CHECK(cka.merge_router == moecomp::merge::router_rule::merged_rows);
+  CHECK(!compress::keeps_router_rows(cka));
+  const auto fails = [&](compress::compress_params p, bool calibrated = true) {
+    return thrown_message([&] { compress::resolved_params(p, o.m, calibrated, io::safetensors_dtype::f32); });
+  };
+  compress::compress_params p;
+  p.method = compress::method::m_smoe;
+  CHECK(fails(p, false).find("params.method m-smoe") != std::string::npos);
+  CHECK(fails(p, false).find("needs calibration tokens") != std::string::npos);
+  p.merge = moecomp::merge::merge_method::uniform;
+  CHECK(fails(p).find("params.merge is fixed for m-smoe") != std::string::npos);
+  p.merge.reset();
+  p.align = compress::merge_alignment::weights;
+  CHECK(fails(p).find("params.align is fixed for m-smoe") != std::string::npos);
+  p = {};
+  p.method = compress::method::cka_merge;
+  p.merge = moecomp::merge::merge_method::dominant;
+  CHECK(compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32).merge_router ==
+        moecomp::merge::router_rule::dominant_row);
+  p.merge_router = moecomp::merge::router_rule::id_map;
+  p.experts = 1;  // fewer than top-k: allowed with the id map, refused with merged rows
+  CHECK(compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32).experts == 1);
+  p.merge_router = moecomp::merge::router_rule::merged_rows;
+  CHECK(fails(p).find("top-k") != std::string::npos);
+  p = {};
+  p.method = compress::method::hc_smoe;
+  p.similarity_tokens = 16;
+  CHECK(fails(p).find("params.similarity_tokens is for cka-merge only") != std::string::npos);
+  p.method = compress::method::cka_merge;
+  p.similarity = compress::expert_similarity::weights;
+  CHECK(fails(p).find("params.similarity_tokens is for the CKA") != std::string::npos);
+  p.similarity_tokens = 0;
+  p.augment = 4;
+  CHECK(fails(p).find("params.augment is for the CKA") != std::string::npos);
+  p.augment = -1;
+  CHECK(fails(p).find("must be >= 0") != std::string::npos);
+  p = {};
+  p.method = compress::method::prune;
+  p.merge_router = moecomp::merge::router_rule::id_map;
+  CHECK(fails(p).find("params.merge_router is for cka-merge only") != std::string::npos);
+}
+
+TEST_CASE("compress_layer: cka-merge's similarity tokens, augmentation and router map") {
+  const opened o(planted_model(false, false), "compress_cka_34");
+  const moecomp::host_matrix<float> x = model::read_calibration_tokens(o.calibration, "layers.0.moe_input", H);
+  const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, 0);
+  compress::compress_params base;
+  base.method = compress::method::cka_merge;
+  base.experts = 3;
+  compress::layer_report plain_report;
+  const compress::compressed_layer plain = run_layer(o, base, 0, x.const_view(), plain_report);
+  SUBCASE("all the tokens given as similarity_tokens is the default") {
+    compress::compress_params p = base;
+    p.similarity_tokens = T;
+    compress::layer_report r;
+    const compress::compressed_layer c = run_layer(o, p, 0, x.const_view(), r);
+    CHECK(r.groups == plain_report.groups);
+    CHECK(c.w1 == plain.w1);
+    CHECK(r.similarity_tokens == T);
+    CHECK(r.augmented_tokens == 0);
+    CHECK(plain_report.similarity_tokens == T);
+  }
+  SUBCASE("the first N tokens: the partition of a run given only those tokens") {
+    for (index_t n : {5, 16, 40}) {
+      compress::compress_params p = base;
+      p.similarity_tokens = n;
+      compress::layer_report r, prefix_report;
+      run_layer(o, p, 0, x.const_view(), r);
+      const moecomp::matrix_view<const float> head(x.data(), n, H, H);
+      run_layer(o, base, 0, head, prefix_report);
+      CHECK(r.groups == prefix_report.groups);
+      CHECK(r.similarity_tokens == n);
+      CHECK(r.calibration_tokens == T);  // the merge and the error still use every token
+    }
+    compress::compress_params p = base;
+    p.similarity_tokens = T + 1;
+    compress::layer_report r;
+    CHECK(thrown_message([&] { run_layer(o, p, 0, x.const_view(), r); })
+              .find("params.similarity_tokens 65 is more than the layer's 64 calibration tokens") != std::string::npos);
+  }
+  SUBCASE("augmentation: the documented mixes, appended to the similarity's tokens only") {
+    for (std::uint64_t seed : {0u, 3u}) {
+      compress::compress_params p = base;
+      p.similarity_tokens = 24;
+      p.augment = 40;
+      p.seed = seed;
+      compress::layer_report r, by_hand;
+      const compress::compressed_layer c = run_layer(o, p, 0, x.const_view(), r);
+      CHECK(r.augmented_tokens == 40);
+      // The same tokens built here from the definition: 24 real ones, then 40 mixes.
+      moecomp::host_matrix<float> xs(64, H);
+      for (index_t t = 0; t < 24; ++t)
+        for (index_t k = 0; k < H; ++k) xs(t, k) = x(t, k);
+      moecomp::random_generator rng(seed, 0x6175676d656e74ull);
+      for (index_t j = 0; j < 40; ++j) {
+        const auto a = static_cast<index_t>(rng.uniform_index(24));
+        const auto b = static_cast<index_t>(rng.uniform_index(24));
+        const double lambda = rng.uniform<float>();
+        for (index_t k = 0; k < H; ++k)
+          xs(24 + j, k) = static_cast<float>(lambda * x(a, k) + (1.0 - lambda) * x(b, k));
+      }
+      compress::compress_params q = base;
+      q.seed = seed;
+      run_layer(o, q, 0, xs.const_view(), by_hand);
+      CHECK(r.groups == by_hand.groups);
+      // The uniform merge does not see the tokens; the error is measured on x, not on the mixes.
+      compress::compress_params same = p;
+      compress::layer_report again;
+      const compress::compressed_layer c2 = run_layer(o, same, 0, x.const_view(), again);
+      CHECK(c2.w1 == c.w1);
+      CHECK(again.groups == r.groups);
+      CHECK(r.calibration_tokens == T);
+    }
+  }
+  SUBCASE("router map: the router kept, each old id mapped to its group; the experts as merged rows'") {
+    compress::compress_params p = base;
+    p.merge_router = moecomp::merge::router_rule::id_map;
+    compress::layer_report r;
+    const compress::compressed_layer c = run_layer(o, p, 0, x.const_view(), r);
+    CHECK(r.groups == plain_report.groups);
+    CHECK(r.router_rule == "map");
+    CHECK(plain_report.router_rule == "merged");
+    CHECK(r.id_map == r.groups);
+    CHECK(c.slots == r.groups);
+    CHECK(c.w1 == plain.w1);
+    CHECK(c.w2 == plain.w2);
+    REQUIRE(c.router.rows() == E);
+    for (index_t e = 0; e < E; ++e)
+      for (index_t h = 0; h < H; ++h) CHECK(c.router(e, h) == w.router(e, h));
+    CHECK(plain.router.rows() == 3);
+    CHECK(r.experts == E);
+    CHECK(r.distinct_experts == 3);
+    CHECK(std::isfinite(r.output_relative_error));
+  }
+}
+
+TEST_CASE("compress_checkpoint: m-smoe and cka-merge's router map keep config.json's expert count") {
+  const opened o(msmoe_planted(), "compress_msmoe_checkpoint");
+  for (compress::method how : {compress::method::m_smoe, compress::method::cka_merge}) {
+    compress::compress_params p;
+    p.method = how;
+    p.experts = 2;
+    if (how == compress::method::cka_merge) p.merge_router = moecomp::merge::router_rule::id_map;
+    p.expert_storage = compress::expert_storage::duplicated;  // one tensor per router id (distinct: tested above)
+    p = compress::resolved_params(p, o.m, true, io::safetensors_dtype::f32);
+    temp_dir out(std::string("compress_msmoe_out_") + compress::to_string(how));
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    const compress::checkpoint_report r =
+        compress::compress_checkpoint(moecomp::host_context(1), p, o.checkpoint, o.m,
+                                      compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+    REQUIRE(r.ok());
+    CHECK(r.config_json.find("\"num_local_experts\": 8") != std::string::npos);
+    CHECK(r.config_json.find("\"id_maps\"") != std::string::npos);
+    const io::safetensors_checkpoint written = io::open_safetensors_checkpoint(out.path.string());
+    CHECK(written.info(prefix(0) + "gate.weight").shape == std::vector<index_t>{E, H});
+    const auto report = compress::report_json(r, "planted", "c.safetensors", 0.0, 0.0);
+    CHECK(report["layers"][0]["router"] == "map");
+    if (how == compress::method::m_smoe) {
+      CHECK(report["layers"][0]["dominants"] == nlohmann::ordered_json({6, 1}));
+      CHECK(report["layers"][0]["frequencies"][2] == 0.0);
+      CHECK(report["options"]["router"] == "map");
+      CHECK(report["options"]["merge"] == "frequency");
+      // Each slot holds its group's merged expert, here its dominant's weights to 1e-6: slots 0 and 2 are 6's.
+      const std::vector<float> slot0 = written.tensor(prefix(0) + "experts.0.w2.weight").to_vector<float>();
+      const std::vector<float> slot2 = written.tensor(prefix(0) + "experts.2.w2.weight").to_vector<float>();
+      const std::vector<float>& dominant = o.planted.tensors.at(prefix(0) + "experts.6.w2.weight");
+      CHECK(slot0 == slot2);
+      for (std::size_t k = 0; k < dominant.size(); ++k) CHECK(slot0[k] == doctest::Approx(dominant[k]).epsilon(1e-6));
+    } else {
+      CHECK(report["options"]["router"] == "map");
+      CHECK(report["options"]["augment"] == 0);
+    }
+  }
+}

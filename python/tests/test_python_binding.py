@@ -645,6 +645,18 @@ def test_compress_layer():
     p = moecomp.compress_layer(stack["w1"], stack["w2"], router, None, w3=stack["w3"], method="hc-smoe", experts=4)
     check("compress_layer without tokens: features on weights, average merge, error NaN",
           p["options"]["features"] == "weights" and p["options"]["merge"] == "average" and np.isnan(p["error"]))
+    mapped = moecomp.compress_layer(stack["w1"], stack["w2"], router, x, w3=stack["w3"], method="cka-merge",
+                                    experts=4, similarity_tokens=16, augment=8, merge_router="map")
+    rows = moecomp.compress_layer(stack["w1"], stack["w2"], router, x, w3=stack["w3"], method="cka-merge",
+                                  experts=4, similarity_tokens=16, augment=8)
+    check("compress_layer cka-merge merge_router map: the router kept (8 rows), 8 slots, the experts of merged rows'",
+          mapped["router"].shape == (8, 128) and len(mapped["slots"]) == 8 and rows["router"].shape == (4, 128) and
+          np.array_equal(mapped["w1"], rows["w1"]) and mapped["report"]["augmented_tokens"] == 8 and
+          mapped["report"]["similarity_tokens"] == 16, mapped["options"])
+    ms = moecomp.compress_layer(stack["w1"], stack["w2"], router, x, w3=stack["w3"], method="m-smoe", experts=4)
+    check("compress_layer m-smoe: 4 merged experts, 8 slots, the router kept",
+          ms["w1"].shape == (4, 256, 128) and len(ms["slots"]) == 8 and ms["router"].shape == (8, 128) and
+          ms["options"]["merge"] == "frequency", ms["options"])
     expect("compress_layer bfloat16 stacks", TypeError, "compress_layer: w1 must be float32", moecomp.compress_layer,
            stack["w1"].bfloat16(), stack["w2"], router, x, method="prune")
     expect("compress_layer keep with hc-smoe", ValueError, "compress_layer: keep is for resmoe only",
@@ -693,18 +705,21 @@ def test_compress_checkpoint():
             ("hc-smoe", ["--experts", "4", "--expert-storage", "duplicated"], {"experts": 4, "expert_storage": "duplicated"}),
             ("prune", ["--experts", "4", "--criterion", "reap"], {"experts": 4, "criterion": "reap"}),
             ("cka-merge", ["--experts", "4", "--merge", "dominant"], {"experts": 4, "merge": "dominant"}),
+            ("m-smoe", ["--experts", "6"], {"experts": 6}),
+            ("cka-merge", ["--experts", "4", "--similarity-tokens", "128", "--augment", "64", "--router", "map",
+                           "--seed", "3"],
+             {"experts": 4, "similarity_tokens": 128, "augment": 64, "merge_router": "map", "seed": 3}),
             ("resmoe", ["--keep", "0.3", "--restore-dense"], {"keep": 0.3, "restore_dense": True}),
             ("moefy", ["--experts", "16", "--top-k", "3", "--n-init", "2"], {"experts": 16, "top_k": 3, "restarts": 2}),
             ("sadmoe", ["--expert-size", "64", "--n-init", "2", "--router-steps", "20", "--router-hidden", "32",
                         "--tau", "0.2,0.6"],
              {"expert_size": 64, "restarts": 2, "router_steps": 20, "router_hidden": 32, "tau": [0.2, 0.6]}))
     with tempfile.TemporaryDirectory() as tmp:
-        for method, args, kwargs in runs:
+        for run, (method, args, kwargs) in enumerate(runs):
             if tool is None:
                 break
             source = dense if method in ("moefy", "sadmoe") else model
-            tag = method + "-" + kwargs.get("expert_storage", "")  # hc-smoe runs twice (issue 34)
-            a, b = os.path.join(tmp, tag + "-tool"), os.path.join(tmp, tag + "-python")
+            a, b = os.path.join(tmp, f"{run}-{method}-tool"), os.path.join(tmp, f"{run}-{method}-python")
             done = subprocess.run([tool, "compress", source, "-o", a, "--method", method, "--quiet", *args],
                                   capture_output=True, text=True)
             steps = []
@@ -727,7 +742,7 @@ def test_compress_checkpoint():
         moecomp.compress_checkpoint(model, out, "prune", experts=6)
         check("compress_checkpoint replaces an existing out_dir whole, leaves no staging or old copy",
               "stale" not in os.listdir(out) and sorted(os.listdir(tmp)) == sorted(
-                  [m + "-" + k.get("expert_storage", "") + s for m, _, k in runs for s in ("-tool", "-python") if tool] +
+                  [f"{k}-{m}{s}" for k, (m, _, _) in enumerate(runs) for s in ("-tool", "-python") if tool] +
                   ["out"]))
 
         # The output never touches an input.
@@ -789,10 +804,18 @@ def test_compress_checkpoint():
         expect("compress_checkpoint keep with hc-smoe", ValueError, "compress_checkpoint: keep is for resmoe only",
                moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "hc-smoe", keep=0.5)
         expect("compress_checkpoint expert_storage with prune", ValueError,
-               "compress_checkpoint: expert_storage is for hc-smoe only, and method is prune", moecomp.compress_checkpoint,
+               "compress_checkpoint: expert_storage is for hc-smoe, m-smoe and cka-merge with merge_router map only, and method is prune", moecomp.compress_checkpoint,
                model, os.path.join(tmp, "x"), "prune", expert_storage="duplicated")
         expect("compress_checkpoint bad expert_storage", ValueError, "expected distinct or duplicated, got 'shared'",
                moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "hc-smoe", expert_storage="shared")
+        expect("compress_checkpoint augment with m-smoe", ValueError,
+               "compress_checkpoint: augment is for cka-merge only", moecomp.compress_checkpoint, model,
+               os.path.join(tmp, "x"), "m-smoe", augment=4)
+        expect("compress_checkpoint similarity_tokens below 0", ValueError,
+               "compress_checkpoint: similarity_tokens and augment must be >= 0", moecomp.compress_checkpoint, model,
+               os.path.join(tmp, "x"), "cka-merge", similarity_tokens=-1)
+        expect("compress_checkpoint merge_router unknown", ValueError, "compress_checkpoint: router rule: expected",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "cka-merge", merge_router="rows")
         expect("compress_checkpoint bad method", ValueError, "compress_checkpoint: method: expected hc-smoe",
                moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "merge")
         expect("compress_checkpoint experts beyond the model's", ValueError, "compress_checkpoint: experts must be 1 to 8",

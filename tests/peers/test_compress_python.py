@@ -639,7 +639,7 @@ def main():
         c.expect_directory_error("an option of another method", ["compress", "--method", "prune", "--linkage", "ward"],
                                  "--linkage", "hc-smoe only")
         c.expect_directory_error("--expert-storage for another method", ["compress", "--method", "prune",
-                                 "--expert-storage", "duplicated"], "--expert-storage", "hc-smoe only")
+                                 "--expert-storage", "duplicated"], "--expert-storage", "hc-smoe, m-smoe and cka-merge")
         c.expect_directory_error("--expert-storage of another value", ["compress", "--method", "hc-smoe",
                                  "--expert-storage", "shared"], "--expert-storage",
                                  "expected distinct or duplicated, got 'shared'")

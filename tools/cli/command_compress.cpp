@@ -126,7 +126,11 @@ void refuse_other_methods_options(const arguments& args, compress::method how) {
       {"--router-batch-size", false, {m::sadmoe}, "sadmoe only"},
       {"--tau", false, {m::sadmoe}, "sadmoe only"},
       // expert storage (issue 34): only hc-smoe's id map repeats experts
-      {"--expert-storage", false, {m::hc_smoe}, "hc-smoe only"},
+      {"--expert-storage", false, {m::hc_smoe, m::m_smoe, m::cka_merge}, "hc-smoe, m-smoe and cka-merge --router map only"},
+      // cka-merge's Table 3-4 settings (issue 34)
+      {"--similarity-tokens", false, {m::cka_merge}, "cka-merge only"},
+      {"--augment", false, {m::cka_merge}, "cka-merge only"},
+      {"--router", false, {m::cka_merge}, "cka-merge only"},
   };
   for (const auto& r : rules) {
     const bool given = r.flag ? args.flag(r.option) : static_cast<bool>(args.value(r.option));
@@ -191,6 +195,14 @@ compress::compress_params params_from_options(const arguments& args, compress::m
   // expert storage (issue 34)
   if (args.value("--expert-storage"))
     p.expert_storage = parse_option(args, "--expert-storage", compress::parse_expert_storage);
+  // cka-merge's Table 3-4 settings (issue 34): the similarity's tokens, its mixed tokens, the router
+  p.similarity_tokens = args.integer("--similarity-tokens", 0, 1, most);
+  p.augment = args.integer("--augment", 0, 0, most);
+  if (args.value("--router"))
+    p.merge_router = parse_option(args, "--router", [](const std::string& v) {
+      if (v == "auto") throw moecomp::invalid_argument("router: expected merged, map or dominant, got 'auto'");
+      return moecomp::merge::parse_router_rule(v);
+    });
   if (args.value("--dtype") && args.value_or("--dtype", "") != "float32")
     throw usage_error("option --dtype: compress computes in float32 (weights are stored as the checkpoint's dtype), got '" +
                       args.value_or("--dtype", "") + "'");
@@ -225,6 +237,9 @@ std::string name_the_compress_option(const std::string& message) {
                                    {"--calibration", "params.method sadmoe trains"},
                                    {"--tau", "params.taus"},
                                    {"--expert-storage", "params.expert_storage"},
+                                   {"--similarity-tokens", "params.similarity_tokens"},
+                                   {"--augment", "params.augment"},
+                                   {"--router", "params.merge_router"},
                                    {"--method", "params.method"}});
 }
 
@@ -347,8 +362,8 @@ int compress_command(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const auto started = std::chrono::steady_clock::now();
   if (!args.value("--method"))
-    throw usage_error("option --method: required: hc-smoe, cka-merge, resmoe, prune (MoE checkpoints), moefy or sadmoe "
-                      "(dense)");
+    throw usage_error("option --method: required: hc-smoe, cka-merge, m-smoe, resmoe, prune (MoE checkpoints), moefy or "
+                      "sadmoe (dense)");
   const compress::method how = parse_option(args, "--method", compress::parse_method);
   const std::string model_dir = args.positional().empty()
                                     ? default_model_dir(how == compress::method::sadmoe ? "tiny-dense-hoyer"
@@ -377,7 +392,7 @@ int compress_command(const arguments& args, output_files& outputs) {
   if (compress::splits_dense(how) && kind == model::model_kind::moe)
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " splits dense checkpoints, and '" +
                       model_dir + "' is an MoE model (model_type '" +
-                      model_type + "'): use hc-smoe, cka-merge, resmoe or prune");
+                      model_type + "'): use hc-smoe, cka-merge, m-smoe, resmoe or prune");
   if (!compress::splits_dense(how) && kind == model::model_kind::dense)
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " compresses MoE checkpoints, and '" +
                       model_dir + "' is a dense model (model_type '" + model_type +
@@ -435,6 +450,8 @@ int compress_command(const arguments& args, output_files& outputs) {
     const std::string what = e.what();
     if (what.find("read_calibration_tokens") != std::string::npos) throw usage_error("option --calibration: " + what);
     throw;
+  } catch (const invalid_argument& e) {  // a layer's own rule (issue 34: more similarity tokens than it has)
+    throw usage_error(name_the_compress_option(e.what()));
   }
   progress.finish();
   if (report.status == status::numerical_error)
@@ -471,15 +488,17 @@ const command_registration compress_registration{command{
     {"compress",
      "compress a Hugging Face MoE checkpoint layer by layer: HC-SMoE, the CKA merge with router rows, ResMoE, "
      "expert pruning; or split a dense checkpoint's FFNs into experts (moefy)",
-     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|resmoe|prune|moefy|sadmoe [--experts N] [--calibration FILE] "
-     "[--features F] [--linkage L] [--merge M] [--align A] [--similarity S] [--criterion C] [--samples S] [--global] "
+     "compress [MODEL_DIR] -o OUT_DIR --method hc-smoe|cka-merge|m-smoe|resmoe|prune|moefy|sadmoe [--experts N] "
+     "[--calibration FILE] [--features F] [--linkage L] [--merge M] [--align A] [--similarity S] "
+     "[--similarity-tokens N] [--augment N] [--router R] [--criterion C] [--samples S] [--global] "
      "[--seed S] [--layouts DIR] "
      "[--keep F] [--center C] [--residual R] [--rank K] [--format F] [--values V] [--max-iter N] [--restore-dense] "
      "[--top-k K] [--n-init N] [--expert-storage S] "
      "[--report R.json] [--quiet] [--progress] [--json]",
      0,
      1,
-     {{"--method", true, "hc-smoe|cka-merge|resmoe|prune (MoE checkpoints), moefy|sadmoe (dense checkpoints) (required)"},
+     {{"--method", true,
+       "hc-smoe|cka-merge|m-smoe|resmoe|prune (MoE checkpoints), moefy|sadmoe (dense checkpoints) (required)"},
       {"--experts", true,
        "N: experts per MoE layer after compression (default: half, at least top-k); moefy: experts per FFN, a divisor "
        "of its neurons (default: experts of 32 neurons)"},
@@ -494,6 +513,12 @@ const command_registration compress_registration{command{
       {"--align", true,
        "hc-smoe, cka-merge: none|weights|activations: align each member's neurons to its group's dominant before "
        "merging (default none, the papers')"},
+      {"--similarity-tokens", true, "cka-merge (cka): the first N calibration tokens for the similarity (default all)"},
+      {"--augment", true,
+       "cka-merge (cka): N mixed tokens (lambda x_a + (1 - lambda) x_b, seeded) added for the similarity (default 0)"},
+      {"--router", true,
+       "cka-merge: merged|map|dominant: router rows merged (Eq. 6), kept with an id map, or the dominant's (default "
+       "merged; dominant with --merge dominant)"},
       {"--criterion", true,
        "prune: frequency|reap|router-score|output (default frequency; router-score: S-prune; output: O-prune, the "
        "subset whose layer output is closest)"},
@@ -528,7 +553,7 @@ const command_registration compress_registration{command{
       {"--tau", true, "sadmoe: dynamic-k thresholds in [0, 1] the report measures, comma-separated (default "
                       "0.1,0.3,0.5,0.7,0.9); the first goes to config.json (default 0.5)"},
       {"--expert-storage", true,
-       "hc-smoe: distinct (each merged expert once, plus the id map; the default) | duplicated (every router id's "
+       "hc-smoe, m-smoe, cka-merge --router map: distinct (each merged expert once, plus the id map; the default) | duplicated (every router id's "
        "slot, loadable by Hugging Face)"},
       {"--report", true, "R.json: also write the report here (it is always in OUT_DIR/compression_report.json)", true},
       {"--quiet", false, "no progress display"},

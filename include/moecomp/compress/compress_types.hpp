@@ -39,8 +39,12 @@ namespace compress {
 ///   sadmoe     SADMoE: moefy's split, then per FFN a router trained on the calibration tokens to predict each
 ///              expert's output norm (gating::train_router), for dynamic-k inference;
 ///   moefy      MoEfication (SADMoE's first step): a dense checkpoint's FFNs split into equal experts by
-///              balanced k-means, with a centre router.
-enum class method { hc_smoe, cka_merge, prune, resmoe, moefy, sadmoe };
+///              balanced k-means, with a centre router;
+///   m_smoe     M-SMoE (MC-SMoE's merge stage, task-agnostic, no retraining): the N most frequently routed
+///              experts are the dominants, every other expert joins the dominant whose router-logit column is
+///              the most cosine-similar, each group's frequency-weighted mean after aligning its members to
+///              the dominant (weight matching); the router kept with an id map, as hc_smoe.
+enum class method { hc_smoe, cka_merge, prune, resmoe, moefy, sadmoe, m_smoe };
 
 /// Whether the method splits a dense checkpoint's FFNs (moefy, sadmoe) rather than compressing an MoE one.
 inline bool splits_dense(method m) noexcept { return m == method::moefy || m == method::sadmoe; }
@@ -53,16 +57,19 @@ inline const char* to_string(method m) noexcept {
     case method::resmoe: return "resmoe";
     case method::moefy: return "moefy";
     case method::sadmoe: return "sadmoe";
+    case method::m_smoe: return "m-smoe";
   }
   return "unknown";
 }
 
-/// Parses hc-smoe, cka-merge, resmoe, prune, moefy or sadmoe; invalid_argument otherwise.
+/// Parses hc-smoe, cka-merge, m-smoe, resmoe, prune, moefy or sadmoe; invalid_argument otherwise.
 inline method parse_method(std::string_view name) {
-  for (method m : {method::hc_smoe, method::cka_merge, method::resmoe, method::prune, method::moefy, method::sadmoe})
+  for (method m : {method::hc_smoe, method::cka_merge, method::m_smoe, method::resmoe, method::prune, method::moefy,
+                   method::sadmoe})
     if (name == to_string(m)) return m;
-  MOECOMP_FAIL(error_kind::invalid_argument, "method: expected hc-smoe, cka-merge, resmoe, prune, moefy or sadmoe, got '",
-               std::string(name), "'");
+  MOECOMP_FAIL(error_kind::invalid_argument,
+               "method: expected hc-smoe, cka-merge, m-smoe, resmoe, prune, moefy or sadmoe, got '", std::string(name),
+               "'");
 }
 
 /// hc_smoe's clustering feature of each expert: its mean output on the calibration tokens (HC-SMoE's default),
@@ -307,7 +314,28 @@ struct compress_params {
     r.epochs = 10;
     return r;
   }
+
+  // ---- cka_merge: the fourth paper's Table 3-4 settings (issue 34) ----
+  /// cka_merge with similarity cka: the calibration tokens the similarity uses, the first N of the layer's
+  /// (0: all; at most the layer's tokens). The merge and the reported error always use every token.
+  index_t similarity_tokens = 0;
+  /// cka_merge with similarity cka: mixed tokens appended to the similarity's tokens (the paper's "randomly mix
+  /// the token embedding for data augmentation"): token j = lambda x_a + (1 - lambda) x_b, a and b uniform over
+  /// the similarity's tokens and lambda uniform in [0, 1) (float), drawn by moecomp's generator from `seed`. 0: none.
+  index_t augment = 0;
+  /// cka_merge: the router after the merge. automatic: merged_rows for the uniform and learned merges,
+  /// dominant_row for the dominant merge; merged_rows (Eq. 6), dominant_row (M-SMoE's), or id_map (Table 4's
+  /// "without merging the routers": the router kept, each old id mapped to its group, as hc_smoe).
+  merge::router_rule merge_router = merge::router_rule::automatic;
 };
+
+/// Whether the method keeps the router's E rows with an id map (router id -> merged expert) rather than one
+/// row per kept expert: hc_smoe, m_smoe, and cka_merge with merge_router id_map. Such a layer can have fewer
+/// experts than the model's top-k, and config.json keeps the expert count.
+inline bool keeps_router_rows(const compress_params& p) noexcept {
+  return p.method == method::hc_smoe || p.method == method::m_smoe ||
+         (p.method == method::cka_merge && p.merge_router == merge::router_rule::id_map);
+}
 
 /// One MoE layer's float weights as views of the caller's memory: what compress_layer reads, nothing copied
 /// (model::moe_layer_weights, which owns its tensors, is viewed this way by compress_layer's other overload).
@@ -362,6 +390,10 @@ struct layer_report {
   std::vector<double> group_merge_errors; ///< each group's relative merge error (NaN: not measured)
   std::string router_rule;                ///< merge::to_string(router_rule) of the merge
   std::vector<std::int64_t> id_map;       ///< hc_smoe: router id -> merged expert
+  // m_smoe: each expert's routing frequency (top-k counts on the calibration tokens, the model's k).
+  std::vector<double> frequencies;
+  // cka_merge with similarity cka: the similarity's real and mixed tokens (params.similarity_tokens, augment).
+  index_t similarity_tokens = 0, augmented_tokens = 0;
   // prune:
   std::string criterion;
   std::vector<double> scores;             ///< each expert's score

@@ -301,8 +301,8 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     const auto writing_started = std::chrono::steady_clock::now();
     // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
     // expert; for resmoe also the router). With a dense writer, the restored experts go there too.
-    // hc_smoe's expert storage (issue 34): distinct writes each merged expert once, with the id map.
-    const bool distinct = params.method == method::hc_smoe && params.expert_storage == expert_storage::distinct;
+    // The id-map methods' expert storage (issue 34): distinct writes each merged expert once, with the id map.
+    const bool distinct = keeps_router_rows(params) && params.expert_storage == expert_storage::distinct;
     const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c, distinct);
     const bool resmoe = c.resmoe != nullptr;
     std::vector<owned_tensor> resmoe_tensors;
@@ -334,7 +334,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
     // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
     double distinct_after = layer_after;
-    if (params.method == method::hc_smoe) {
+    if (keeps_router_rows(params)) {
       const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
                                   (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
       // duplicated: the slots beyond the distinct experts; distinct: the id map (I64, E entries).
@@ -380,7 +380,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     most_experts = std::max(most_experts, l.experts);
     per_layer.push_back(l.experts);
   }
-  if (params.method != method::hc_smoe) {
+  if (!keeps_router_rows(params)) {
     // A global prune's layers differ: config.json holds the largest (one key cannot say more), the record each.
     const auto key = layout.config.find("num_experts");
     if (key != layout.config.end()) config[key->second] = params.global ? most_experts : params.experts;
@@ -394,7 +394,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
   }
   record["version"] = MOECOMP_VERSION_STRING;
   if (!id_maps.empty()) record["id_maps"] = id_maps;
-  if (params.method == method::hc_smoe) {  // expert storage (issue 34): the form written
+  if (keeps_router_rows(params)) {  // expert storage (issue 34): the form written
     record["expert_storage"] = to_string(params.expert_storage);
     result.expert_storage = to_string(params.expert_storage);
   }

@@ -3,6 +3,7 @@
 // the layer's output error, and the layer's tensors in the checkpoint's names and dtypes.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
+#include <moecomp/core/random.hpp>
 #include <moecomp/core/views.hpp>
 #include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/parallel.hpp>
@@ -715,24 +716,62 @@ inline void hc_smoe_groups(const host_context& ctx, const compress_params& param
   });
 }
 
+/// The generator stream of cka_merge's augmentation (any fixed value: the seed is params.seed).
+constexpr std::uint64_t augment_stream = 0x6175676d656e74ull;  // "augment"
+
+/// cka_merge's similarity tokens (issue 34): the first params.similarity_tokens rows of x (0: all), then
+/// params.augment mixed rows, row j = lambda x_a + (1 - lambda) x_b with, drawn in this order from moecomp's
+/// generator (params.seed, augment_stream), a = uniform_index(N), b = uniform_index(N), lambda = uniform<float>()
+/// (k 2^-24). lambda x_a and (1 - lambda) x_b are exact in double, so the row is their sum rounded to double, then
+/// to float, on every compiler (contracted or not).
+inline host_matrix<float> similarity_tokens_of(const compress_params& params, matrix_view<const float> x) {
+  const index_t T = x.rows(), H = x.cols();
+  const index_t N = params.similarity_tokens == 0 ? T : params.similarity_tokens;
+  MOECOMP_EXPECTS(N <= T, "compress: params.similarity_tokens ", N, " is more than the layer's ", T,
+                  " calibration tokens");
+  MOECOMP_EXPECTS(N >= 1 || params.augment == 0, "compress: params.augment needs calibration tokens to mix, got 0");
+  const index_t A = params.augment;
+  host_matrix<float> out(N + A, H);
+  for (index_t t = 0; t < N; ++t)
+    for (index_t k = 0; k < H; ++k) out(t, k) = x(t, k);
+  random_generator rng(params.seed, augment_stream);
+  for (index_t j = 0; j < A; ++j) {
+    const auto a = static_cast<index_t>(rng.uniform_index(static_cast<std::uint64_t>(N)));
+    const auto b = static_cast<index_t>(rng.uniform_index(static_cast<std::uint64_t>(N)));
+    const double lambda = static_cast<double>(rng.uniform<float>());
+    for (index_t k = 0; k < H; ++k)
+      out(N + j, k) = static_cast<float>(lambda * static_cast<double>(x(a, k)) +
+                                         (1.0 - lambda) * static_cast<double>(x(b, k)));
+  }
+  return out;
+}
+
 /// The fourth paper's grouping: the experts' dissimilarity matrix and its partition into N groups.
 inline void cka_merge_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
                              const moe_layer_weights_view& w, matrix_view<const float> x,
-                             const step_timer& timed, std::vector<std::int64_t>& labels) {
+                             const step_timer& timed, std::vector<std::int64_t>& labels, layer_report& report) {
   const index_t E = w.experts.experts(), H = w.experts.d_model();
   moe::ffn_params ffn;
   ffn.act = m.activation;
   host_matrix<double> distances(E, E);
   timed("similarity", [&] {
     if (params.similarity == expert_similarity::cka) {
-      const index_t T = x.rows();
+      // The similarity's own tokens (a prefix, plus mixed ones); the merge and the error use x itself.
+      const bool all_of_x = params.similarity_tokens == 0 && params.augment == 0;
+      host_matrix<float> own;
+      if (!all_of_x) own = similarity_tokens_of(params, x);
+      const matrix_view<const float> xs = all_of_x ? x : own.const_view();
+      report.similarity_tokens = xs.rows() - params.augment;
+      report.augmented_tokens = params.augment;
+      const index_t T = xs.rows();
       host_matrix<float> outputs(E * T, H);
-      moe::ffn_stack_forward<float>(ctx, ffn, w.experts, x, matrix_stack_view<float>(outputs.data(), E, T, H));
+      moe::ffn_stack_forward<float>(ctx, ffn, w.experts, xs, matrix_stack_view<float>(outputs.data(), E, T, H));
       host_matrix<double> cka(E, E);
       similarity::cka_params cp;
       similarity::cka_matrix<float>(ctx, cp, split_rows(outputs.const_view(), E), cka.view());
       for (index_t a = 0; a < E; ++a)
-        for (index_t b = 0; b < E; ++b) distances(a, b) = a == b ? 0.0 : 1.0 - cka(a, b);
+        for (index_t b = 0; b < E; ++b)  // CKA <= 1; rounding can pass it for experts that compute the same function
+          distances(a, b) = a == b ? 0.0 : std::max(0.0, 1.0 - cka(a, b));
     } else if (params.similarity == expert_similarity::weights) {  // from the stacks, without the E x 3IH features
       std::vector<double> condensed(static_cast<std::size_t>(E * (E - 1) / 2));
       moe::expert_weight_distances(ctx, w.experts,
@@ -762,6 +801,83 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
   });
 }
 
+/// M-SMoE's grouping (MC-SMoE's merge stage): f = the routing frequencies (top-k counts of the router's logits on
+/// x, the model's k); the N dominants = the N largest f (ties to the lowest index); every other expert e joins
+/// the dominant d maximising cos(l_e, l_d), l_e = expert e's router-logit column over the T tokens (x router_e^T
+/// + the router bias, in double; a zero column has cosine 0 with everything), ties to the lowest dominant
+/// index. Groups numbered by first appearance; dominants[g] = group g's dominant.
+inline void m_smoe_groups(const host_context& ctx, const model::moe_model& m, const moe_layer_weights_view& w,
+                          index_t N, matrix_view<const float> x, const step_timer& timed,
+                          std::vector<std::int64_t>& labels, std::vector<std::int64_t>& dominants,
+                          layer_report& report) {
+  const index_t E = w.experts.experts(), H = w.experts.d_model(), T = x.rows();
+  MOECOMP_EXPECTS(T >= 1, "compress: params.method m-smoe needs calibration tokens (routing frequencies and router ",
+                  "logits), got 0");
+  std::vector<double> f(static_cast<std::size_t>(E), 0.0);
+  std::vector<index_t> dom;
+  timed("frequencies", [&] {
+    merge::routing_frequencies<float>(ctx, m.top_k, x, w.router, make_vector_view(f.data(), E));
+    std::vector<index_t> order(static_cast<std::size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+      return f[static_cast<std::size_t>(a)] > f[static_cast<std::size_t>(b)];
+    });
+    dom.assign(order.begin(), order.begin() + N);
+    std::sort(dom.begin(), dom.end());  // increasing index: the ties of the assignment go to the lowest
+  });
+  std::vector<index_t> joins(static_cast<std::size_t>(E));  // each expert's dominant
+  timed("similarity", [&] {
+    // logits(e, t) in double, and each column's Gram entries with the dominants.
+    host_matrix<double> logits(E, T);
+    moecomp::detail::parallel_for(T, ctx.threads(), [&](index_t t, int) {
+      for (index_t e = 0; e < E; ++e) {
+        double s = w.router_bias.empty() ? 0.0 : static_cast<double>(w.router_bias[e]);
+        for (index_t k = 0; k < H; ++k) s += static_cast<double>(x(t, k)) * static_cast<double>(w.router(e, k));
+        logits(e, t) = s;
+      }
+    });
+    std::vector<double> norm(static_cast<std::size_t>(E), 0.0);
+    for (index_t e = 0; e < E; ++e) {
+      double s = 0;
+      for (index_t t = 0; t < T; ++t) s += logits(e, t) * logits(e, t);
+      norm[static_cast<std::size_t>(e)] = std::sqrt(s);
+    }
+    std::vector<bool> is_dominant(static_cast<std::size_t>(E), false);
+    for (index_t d : dom) is_dominant[static_cast<std::size_t>(d)] = true;
+    for (index_t e = 0; e < E; ++e) {
+      if (is_dominant[static_cast<std::size_t>(e)]) {
+        joins[static_cast<std::size_t>(e)] = e;
+        continue;
+      }
+      double best = -std::numeric_limits<double>::infinity();
+      index_t best_d = dom.front();
+      for (index_t d : dom) {
+        double dot = 0;
+        for (index_t t = 0; t < T; ++t) dot += logits(e, t) * logits(d, t);
+        const double scale = norm[static_cast<std::size_t>(e)] * norm[static_cast<std::size_t>(d)];
+        const double c = scale > 0 ? dot / scale : 0.0;
+        if (c > best) {
+          best = c;
+          best_d = d;
+        }
+      }
+      joins[static_cast<std::size_t>(e)] = best_d;
+    }
+  });
+  // Groups by first appearance of their dominant in the experts' order.
+  std::vector<std::int64_t> group_of(static_cast<std::size_t>(E), -1);
+  dominants.clear();
+  for (index_t e = 0; e < E; ++e) {
+    const index_t d = joins[static_cast<std::size_t>(e)];
+    if (group_of[static_cast<std::size_t>(d)] < 0) {
+      group_of[static_cast<std::size_t>(d)] = static_cast<std::int64_t>(dominants.size());
+      dominants.push_back(d);
+    }
+    labels[static_cast<std::size_t>(e)] = group_of[static_cast<std::size_t>(d)];
+  }
+  report.frequencies = f;
+}
+
 /// The layer's new form by params.method (resolved). x: the calibration tokens (0 rows without them).
 inline compressed_layer compress_layer_host(const host_context& ctx, const compress_params& params,
                                             const model::moe_model& m, const moe_layer_weights_view& w,
@@ -785,9 +901,16 @@ inline compressed_layer compress_layer_host(const host_context& ctx, const compr
   if (params.method == method::hc_smoe) {
     hc_smoe_groups(ctx, params, m, w, x, timed, labels, dominants);
     mp.router = merge::router_rule::id_map;
+  } else if (params.method == method::m_smoe) {
+    m_smoe_groups(ctx, m, w, params.experts, x, timed, labels, dominants, report);
+    mp.router = merge::router_rule::id_map;  // MC-SMoE keeps the gate: each old id maps to its group
+    mp.align_members = true;                             // MC-SMoE aligns every member to its dominant,
+    mp.align.objective = align::align_objective::inner;  // by weight matching, before the frequency merge
+    mp.frequency_top_k = m.top_k;  // the frequencies that chose the dominants
   } else {
-    cka_merge_groups(ctx, params, m, w, x, timed, labels);
-    mp.router = merge::router_rule::automatic;  // uniform, learned: merged rows; dominant: the dominant's row
+    cka_merge_groups(ctx, params, m, w, x, timed, labels, report);
+    // automatic (uniform, learned: merged rows; dominant: the dominant's row), or params.merge_router (issue 34)
+    mp.router = params.merge_router;
   }
   compressed_layer out;
   timed("merging", [&] { out = merge_layer(ctx, w, labels, mp, x, dominants, report); });

@@ -20,7 +20,7 @@ namespace detail {
 /// (n_group > 1) routes over n_group equal groups whose topk_group kept groups must hold top-k experts, and V3's
 /// group score sums two experts a group.
 inline bool routable(method how, const model::moe_model& m, index_t n) {
-  if (how == method::hc_smoe || how == method::resmoe) return true;
+  if (how == method::hc_smoe || how == method::resmoe || how == method::m_smoe) return true;
   const gating::routing_params r = model::routing_of(m);
   const bool grouped = (r.rule == gating::routing_rule::deepseek_v3 || r.rule == gating::routing_rule::group_limited_greedy) &&
                        r.n_group > 1;
@@ -37,10 +37,12 @@ inline index_t default_experts(method how, const model::moe_model& m) {
   return n;
 }
 
-/// params.expert_storage: duplicated only for hc_smoe, the method whose router ids share experts.
+/// params.expert_storage: duplicated only for the methods whose router ids share experts (keeps_router_rows:
+/// hc_smoe, m_smoe, cka_merge with the id map).
 inline void check_expert_storage(const compress_params& p) {
-  MOECOMP_EXPECTS(p.method == method::hc_smoe || p.expert_storage == expert_storage::distinct,
-                  "compress: params.expert_storage duplicated is for hc-smoe (its router ids share merged experts); ",
+  MOECOMP_EXPECTS(keeps_router_rows(p) || p.expert_storage == expert_storage::distinct,
+                  "compress: params.expert_storage duplicated is for hc-smoe, m-smoe and cka-merge with the router "
+                  "kept (their router ids share merged experts); ",
                   to_string(p.method), " stores each expert once, got ", to_string(p.expert_storage));
 }
 
@@ -50,17 +52,25 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
   compress_params p = given;
   const index_t E = m.num_experts;
   MOECOMP_EXPECTS(!splits_dense(p.method), fn, ": params.method ", to_string(p.method), " splits dense checkpoints, and this is an MoE ",
-                  "model (model_type '", m.model_type, "'): use hc-smoe, cka-merge, resmoe or prune");
+                  "model (model_type '", m.model_type, "'): use hc-smoe, cka-merge, m-smoe, resmoe or prune");
   MOECOMP_EXPECTS(!(p.method == method::resmoe && p.experts != 0 && p.experts != E), fn,
                   ": params.experts is for the methods that drop experts: resmoe keeps every expert (as a shared base plus a sparse residual each), got ",
                   p.experts);
+  // cka_merge's router (issue 34), settled first: its id map keeps every router row, as hc_smoe's.
+  MOECOMP_EXPECTS(p.merge_router == merge::router_rule::automatic || p.method == method::cka_merge, fn,
+                  ": params.merge_router is for cka-merge only (", to_string(p.method), " decides its router), got ",
+                  merge::to_string(p.merge_router));
+  if (p.method == method::cka_merge && p.merge_router == merge::router_rule::automatic)
+    p.merge_router = p.merge && *p.merge == merge::merge_method::dominant ? merge::router_rule::dominant_row
+                                                                          : merge::router_rule::merged_rows;
+  const bool id_map = keeps_router_rows(p);
   if (p.experts == 0) p.experts = default_experts(p.method, m);
   MOECOMP_EXPECTS(p.experts >= 1 && p.experts <= E, fn, ": params.experts must be 1 to ", E,
                   " (the model's experts per layer), got ", p.experts);
-  MOECOMP_EXPECTS(p.method == method::hc_smoe || p.method == method::resmoe || p.experts >= m.top_k, fn,
+  MOECOMP_EXPECTS(id_map || p.method == method::resmoe || p.experts >= m.top_k, fn,
                   ": params.experts ", p.experts, " is too few: ", to_string(p.method), " leaves the router ", p.experts,
                   " experts, fewer than the model's top-k (", m.top_k, ")");
-  if (!routable(p.method, m, p.experts)) {
+  if (!id_map && !routable(p.method, m, p.experts)) {
     const gating::routing_params r = model::routing_of(m);
     MOECOMP_FAIL(error_kind::invalid_argument, fn, ": params.experts ", p.experts, " cannot be routed: ", to_string(p.method), " leaves the router ",
                  p.experts, " experts, and its group-limited rule (n_group ", r.n_group, ", topk_group ", r.topk_group,
@@ -83,6 +93,15 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
     MOECOMP_EXPECTS(*p.merge == merge::merge_method::uniform || *p.merge == merge::merge_method::dominant ||
                         *p.merge == merge::merge_method::learned,
                     fn, ": params.merge must be uniform, dominant or learned for cka-merge, got ", merge::to_string(*p.merge));
+  } else if (p.method == method::m_smoe) {
+    // M-SMoE's merge: each member's neurons aligned to its dominant's (weight matching, MC-SMoE's inner
+    // objective), then the frequency-weighted mean.
+    if (!p.merge) p.merge = merge::merge_method::frequency;
+    MOECOMP_EXPECTS(*p.merge == merge::merge_method::frequency, fn,
+                    ": params.merge is fixed for m-smoe (frequency, after weight matching to the dominant), got ",
+                    merge::to_string(*p.merge));
+    MOECOMP_EXPECTS(p.align == merge_alignment::none, fn,
+                    ": params.align is fixed for m-smoe (weight matching to the dominant), got ", to_string(p.align));
   } else {
     MOECOMP_EXPECTS(!p.merge, fn, ": params.merge is for hc-smoe and cka-merge: ", to_string(p.method), " merges nothing, got ",
                     merge::to_string(*p.merge));
@@ -123,8 +142,21 @@ inline compress_params resolve_moe_params(const compress_params& given, const mo
     needs = std::string("params.merge ") + merge::to_string(*p.merge);
   if (p.method == method::prune) needs = std::string("params.criterion ") + to_string(p.criterion);
   if (p.align == merge_alignment::activations) needs = "params.align activations";
+  if (p.method == method::m_smoe) needs = "params.method m-smoe (routing frequencies and router logits)";
   MOECOMP_EXPECTS(needs.empty() || calibrated, fn, ": ", needs,
                   " needs calibration tokens (a calibration file with layers.{i}.moe_input)");
+  // cka_merge's similarity tokens and augmentation (issue 34): for the CKA of outputs only.
+  MOECOMP_EXPECTS(p.similarity_tokens >= 0 && p.augment >= 0, fn,
+                  ": params.similarity_tokens and params.augment must be >= 0, got ", p.similarity_tokens, " and ",
+                  p.augment);
+  if (p.similarity_tokens != 0 || p.augment != 0) {
+    const char* field = p.similarity_tokens != 0 ? "params.similarity_tokens" : "params.augment";
+    MOECOMP_EXPECTS(p.method == method::cka_merge, fn, ": ", field, " is for cka-merge only, got method ",
+                    to_string(p.method));
+    MOECOMP_EXPECTS(p.similarity == expert_similarity::cka, fn, ": ", field,
+                    " is for the CKA of the experts' outputs (params.similarity cka), got similarity ",
+                    to_string(p.similarity));
+  }
   MOECOMP_EXPECTS(p.method == method::resmoe || !p.restore_dense, fn,
                   ": params.restore_dense is for resmoe only (the other methods write an ordinary checkpoint)");
   MOECOMP_EXPECTS(p.keep > 0 && p.keep <= 1, fn, ": params.keep must be a fraction in (0, 1], got ", p.keep);

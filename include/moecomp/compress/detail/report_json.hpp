@@ -61,7 +61,7 @@ inline nlohmann::ordered_json layer_json(const layer_report& l, method how) {
   } else {
     record["experts"] = l.experts;
     record["distinct_experts"] = l.distinct_experts;
-    if (how == method::hc_smoe || how == method::cka_merge) {
+    if (how == method::hc_smoe || how == method::cka_merge || how == method::m_smoe) {
       json groups = json::array();
       std::int64_t g = 0;
       for (std::int64_t label : l.groups) g = std::max<std::int64_t>(g, label + 1);
@@ -79,6 +79,11 @@ inline nlohmann::ordered_json layer_json(const layer_report& l, method how) {
       record["group_merge_errors"] = errors;
       record["router"] = l.router_rule;
       if (!l.id_map.empty()) record["id_map"] = l.id_map;
+      if (how == method::m_smoe) record["frequencies"] = l.frequencies;
+      if (how == method::cka_merge && (l.similarity_tokens > 0 || l.augmented_tokens > 0)) {
+        record["similarity_tokens"] = l.similarity_tokens;
+        record["augmented_tokens"] = l.augmented_tokens;
+      }
     } else if (how == method::prune) {
       record["criterion"] = l.criterion;
       record["scores"] = l.scores;
@@ -146,6 +151,13 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
   } else if (p.method == method::cka_merge) {
     options["similarity"] = to_string(p.similarity);
     options["merge"] = merge::to_string(*p.merge);
+    options["similarity_tokens"] = p.similarity_tokens;
+    options["augment"] = p.augment;
+    options["router"] = merge::to_string(p.merge_router);
+  } else if (p.method == method::m_smoe) {
+    options["merge"] = merge::to_string(*p.merge);
+    options["align"] = "weights (inner product)";
+    options["router"] = "map";
   } else if (p.method == method::resmoe) {
     options["keep"] = p.keep;
     options["center"] = to_string(p.center);  // resmoe's ablations
