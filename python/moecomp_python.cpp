@@ -1164,6 +1164,8 @@ std::string path_arg(const char* fn, const char* name, py::handle object) {
 std::string keyword_message(const char* fn, std::string message) {
   const std::string head = "compress: ";
   if (message.compare(0, head.size(), head) == 0) message.erase(0, head.size());
+  // params.global is the keyword global_prune (`global` is a Python keyword).
+  for (std::size_t at; (at = message.find("params.global")) != std::string::npos;) message.replace(at, 13, "global_prune");
   for (std::size_t at; (at = message.find("params.")) != std::string::npos;) message.erase(at, 7);
   const std::pair<const char*, const char*> keywords[] = {
       {"router.learning_rate", "router_lr"}, {"router.hidden", "router_hidden"}, {"router.epochs", "router_epochs"},
@@ -1192,6 +1194,14 @@ struct cka_keywords {
   index_t similarity_tokens = 0;
   index_t augment = 0;
   std::string merge_router = "auto";
+  // The other baselines' and ablations' keywords (issue 34): compress_params' align, samples, global, center,
+  // residual and rank (`global` is a Python keyword: global_prune).
+  std::string align = "none";
+  index_t samples = 0;
+  bool global_prune = false;
+  std::string center = "barycenter";
+  std::string residual = "prune";
+  index_t rank = 0;
 };
 
 /// compress_params from the keywords, "auto" where they are left at their defaults. A keyword that another method
@@ -1238,6 +1248,12 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
       {"similarity_tokens", cka.similarity_tokens != 0, {m::cka_merge}, "cka-merge only"},
       {"augment", cka.augment != 0, {m::cka_merge}, "cka-merge only"},
       {"merge_router", cka.merge_router != "auto", {m::cka_merge}, "cka-merge only"},
+      {"align", cka.align != "none", {m::hc_smoe, m::cka_merge}, "hc-smoe and cka-merge only"},
+      {"samples", cka.samples != 0, {m::prune}, "prune only"},
+      {"global_prune", cka.global_prune, {m::prune}, "prune only"},
+      {"center", cka.center != "barycenter", {m::resmoe}, "resmoe only"},
+      {"residual", cka.residual != "prune", {m::resmoe}, "resmoe only"},
+      {"rank", cka.rank != 0, {m::resmoe}, "resmoe only"},
   };
   for (const auto& r : rules)
     if (r.given && std::find(r.methods.begin(), r.methods.end(), p.method) == r.methods.end())
@@ -1270,6 +1286,15 @@ mc::compress_params compress_params_from(const char* fn, const std::string& meth
   p.similarity_tokens = cka.similarity_tokens;  // negative values: resolved_params' ValueError
   p.augment = cka.augment;
   p.merge_router = named(fn, [&] { return moecomp::merge::parse_router_rule(cka.merge_router); });
+  p.align = named(fn, [&] { return mc::parse_merge_alignment(cka.align); });
+  if (cka.samples < 0 || cka.rank < 0)
+    throw py::value_error(std::string(fn) + ": samples and rank must be >= 0 (0: the default), got " +
+                          std::to_string(cka.samples) + " and " + std::to_string(cka.rank));
+  p.samples = cka.samples;
+  p.global = cka.global_prune;
+  p.center = named(fn, [&] { return mc::parse_resmoe_center(cka.center); });
+  p.residual = named(fn, [&] { return mc::parse_resmoe_residual(cka.residual); });
+  p.rank = cka.rank;
   p.router.hidden = dense.router_hidden;
   p.router.bias = dense.router_bias;
   p.router.objective = named(fn, [&] { return moecomp::gating::parse_router_objective(dense.router_objective); });
@@ -1515,6 +1540,8 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
                                const std::string& router_objective, double router_lr, index_t router_epochs,
                                index_t router_steps, index_t router_batch_size, py::object tau,
                                index_t similarity_tokens, index_t augment, const std::string& merge_router,
+                               const std::string& align, index_t samples, bool global_prune, const std::string& center,
+                               const std::string& residual, index_t rank,
                                py::handle layouts_arg, py::handle progress, int threads, const std::string& expert_storage) {
   constexpr const char* fn = "compress_checkpoint";
   namespace io = moecomp::io;
@@ -1533,7 +1560,7 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
   dense_options.router_batch_size = router_batch_size;
   dense_options.tau = std::move(tau);
   dense_options.expert_storage = expert_storage;
-  const cka_keywords cka_options{similarity_tokens, augment, merge_router};
+  const cka_keywords cka_options{similarity_tokens, augment, merge_router, align, samples, global_prune, center, residual, rank};
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity,
                                                     criterion, seed, keep, format, values, max_iterations,
                                                     restore_dense, top_k, restarts, dense_options, cka_options);
@@ -1758,7 +1785,9 @@ py::dict compress_layer(py::handle w1, py::handle w2, py::handle router, py::han
                         const std::string& format, const std::optional<std::string>& values, index_t max_iterations,
                         py::handle router_bias, py::handle correction_bias, py::handle shared_w1, py::handle shared_w3,
                         py::handle shared_w2, py::handle shared_gate, const py::dict& model, const std::string& storage,
-                        index_t similarity_tokens, index_t augment, const std::string& merge_router, int threads) {
+                        index_t similarity_tokens, index_t augment, const std::string& merge_router,
+                               const std::string& align, index_t samples, bool global_prune, const std::string& center,
+                               const std::string& residual, index_t rank, int threads) {
   constexpr const char* fn = "compress_layer";
   const tensor_arg w1a(fn, "w1", w1), w2a(fn, "w2", w2), ra(fn, "router", router);
   const std::optional<tensor_arg> xa = optional_arg(fn, "x", x), w3a = optional_arg(fn, "w3", w3),
@@ -1805,7 +1834,8 @@ py::dict compress_layer(py::handle w1, py::handle w2, py::handle router, py::han
   const moecomp::io::safetensors_dtype dtype = storage_dtype(fn, storage);
   mc::compress_params params = compress_params_from(fn, method, experts, features, linkage, merge, similarity, criterion,
                                                     seed, keep, format, values, max_iterations, false, 0, 10, {},
-                                                    cka_keywords{similarity_tokens, augment, merge_router});
+                                                    cka_keywords{similarity_tokens, augment, merge_router, align, samples,
+                                                                 global_prune, center, residual, rank});
   if (mc::splits_dense(params.method))
     throw py::value_error(std::string(fn) + ": method " + mc::to_string(params.method) +
                           " splits dense FFNs (compress_checkpoint does it); "
@@ -2041,7 +2071,8 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("shared_w1") = py::none(), py::arg("shared_w3") = py::none(), py::arg("shared_w2") = py::none(),
         py::arg("shared_gate") = py::none(), py::arg("model") = py::dict(), py::arg("storage") = "float32",
         py::arg("similarity_tokens") = 0, py::arg("augment") = 0, py::arg("merge_router") = "auto",
-        py::arg("threads") = 0,
+        py::arg("align") = "none", py::arg("samples") = 0, py::arg("global_prune") = false, py::arg("center") = "barycenter",
+        py::arg("residual") = "prune", py::arg("rank") = 0, py::arg("threads") = 0,
         "One MoE layer compressed as compress_checkpoint compresses each (float32 tensors read in place): a dict "
         "with w1, w3, w2 (the new stack), slots (router id -> stack expert), router, router_bias, "
         "correction_bias, resmoe (base, permutations, residuals) or None, report, options and error.");
@@ -2054,7 +2085,8 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("router_bias") = false, py::arg("router_objective") = "norm", py::arg("router_lr") = 1e-3,
         py::arg("router_epochs") = 10, py::arg("router_steps") = 0, py::arg("router_batch_size") = 64,
         py::arg("tau") = py::none(), py::arg("similarity_tokens") = 0, py::arg("augment") = 0,
-        py::arg("merge_router") = "auto", py::arg("layouts") = py::none(),
+        py::arg("merge_router") = "auto", py::arg("align") = "none", py::arg("samples") = 0, py::arg("global_prune") = false, py::arg("center") = "barycenter",
+        py::arg("residual") = "prune", py::arg("rank") = 0, py::arg("layouts") = py::none(),
         py::arg("progress") = py::none(), py::arg("threads") = 0, py::arg("expert_storage") = "distinct",
         "A Hugging Face checkpoint compressed as `moecomp compress` compresses it (the same files): written into "
         "out_dir (replaced whole, through a staging directory beside it); returns compression_report.json as a "

@@ -710,6 +710,13 @@ def test_compress_checkpoint():
                            "--seed", "3"],
              {"experts": 4, "similarity_tokens": 128, "augment": 64, "merge_router": "map", "seed": 3}),
             ("resmoe", ["--keep", "0.3", "--restore-dense"], {"keep": 0.3, "restore_dense": True}),
+            ("hc-smoe", ["--experts", "4", "--align", "weights"], {"experts": 4, "align": "weights"}),
+            ("prune", ["--experts", "4", "--criterion", "router-score", "--global"],
+             {"experts": 4, "criterion": "router-score", "global_prune": True}),
+            ("prune", ["--experts", "4", "--criterion", "output", "--samples", "20", "--seed", "2"],
+             {"experts": 4, "criterion": "output", "samples": 20, "seed": 2}),
+            ("resmoe", ["--center", "mean", "--residual", "svd", "--rank", "8", "--restore-dense"],
+             {"center": "mean", "residual": "svd", "rank": 8, "restore_dense": True}),
             ("moefy", ["--experts", "16", "--top-k", "3", "--n-init", "2"], {"experts": 16, "top_k": 3, "restarts": 2}),
             ("sadmoe", ["--expert-size", "64", "--n-init", "2", "--router-steps", "20", "--router-hidden", "32",
                         "--tau", "0.2,0.6"],
@@ -734,7 +741,7 @@ def test_compress_checkpoint():
                   f"'model'; returned as a dict", same and comparable(ta["compression_report.json"]) ==
                   comparable(tb["compression_report.json"]) and report == json.loads(tb["compression_report.json"]))
             check(f"compress_checkpoint {method}: progress heard every step, the last 'rest'",
-                  steps[0][:2] == (0, 4) and steps[0][3] == "loading" and steps[-1][2] == "rest" and len(steps) > 8,
+                  steps[0][:2] == (0, 4) and steps[0][3] in ("loading", "scores") and steps[-1][2] == "rest" and len(steps) > 8,
                   steps[0])
         # Replacing an existing output whole; nothing left beside it.
         out = os.path.join(tmp, "out")
@@ -806,6 +813,13 @@ def test_compress_checkpoint():
         expect("compress_checkpoint expert_storage with prune", ValueError,
                "compress_checkpoint: expert_storage is for hc-smoe, m-smoe and cka-merge with merge_router map only, and method is prune", moecomp.compress_checkpoint,
                model, os.path.join(tmp, "x"), "prune", expert_storage="duplicated")
+        expect("compress_checkpoint align with prune", ValueError,
+               "compress_checkpoint: align is for hc-smoe and cka-merge only, and method is prune",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "prune", align="weights")
+        expect("compress_checkpoint global_prune with reap", ValueError, "compress_checkpoint: global_prune is for prune with criterion",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "prune", criterion="reap", global_prune=True)
+        expect("compress_checkpoint center unknown", ValueError, "compress_checkpoint: center",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "resmoe", center="median")
         expect("compress_checkpoint bad expert_storage", ValueError, "expected distinct or duplicated, got 'shared'",
                moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "hc-smoe", expert_storage="shared")
         expect("compress_checkpoint augment with m-smoe", ValueError,
