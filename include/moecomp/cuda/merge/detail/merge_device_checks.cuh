@@ -145,6 +145,9 @@ index_t check_merge_layer_arguments(const char* fn, const merge_params& params,
   moecomp::detail::check_ffn_stack(fn, experts);
   const index_t e_count = experts.experts(), g = merge::detail::checked_group_count(fn, groups, e_count);
   merge::detail::check_merge_params(fn, params, e_count);
+  // align_members (the host's aligned copies before a coefficient merge) has no device path yet: refused, not ignored.
+  MOECOMP_EXPECTS(!params.align_members, fn, ": params.align_members is host-only (the device merge has no aligned "
+                  "copies yet; merge_method aligned aligns on the device), got true");
   merge::detail::check_merge_data(fn, params, data, e_count, g, experts.d_model(), groups);
   const auto members = merge::detail::group_members(groups, g);
   for (index_t k = 0; k < g; ++k)
