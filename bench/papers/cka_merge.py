@@ -148,7 +148,7 @@ def main():
         ax.axvline(original[label]["perplexity"], color="k", lw=1, ls="--", label="original")
         ax.set_yticks([j + 0.2 for j in range(len(names))])
         ax.set_yticklabels(names)
-        ax.set_xscale("log")
+        pc.log_axis(ax)
         ax.set_xlabel("held-out perplexity (log scale; lower is better)")
         ax.set_title(label)
         ax.invert_yaxis()

@@ -87,3 +87,13 @@ def pyplot():
     except ImportError:
         print("matplotlib is missing (python3-matplotlib): no plot")
         return None
+
+
+def log_axis(ax):
+    """A log x axis labelled with plain numbers (no crowded minor labels on narrow ranges)."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    ax.set_xscale("log")
+    formatter = ScalarFormatter()
+    formatter.set_scientific(False)
+    ax.xaxis.set_major_formatter(formatter)
+    ax.xaxis.set_minor_formatter(NullFormatter())

@@ -540,8 +540,7 @@ inline std::vector<std::int64_t> output_subset(const host_context& ctx, const co
   host_matrix<float> outputs(E * T, H), logits(T, E);
   moe::ffn_stack_forward<float>(ctx, ffn, w.experts, x, matrix_stack_view<float>(outputs.data(), E, T, H));
   moe::router_logits<float>(ctx, x, w.router, w.router_bias, logits.view());
-  gating::routing_params routing = model::routing_of(m);
-  const index_t K = gating::max_experts_per_token(routing, N);
+  const gating::routing_params routing = model::routing_of(m);
   // The original routed output (the shared expert is in both outputs and cancels).
   const auto routed_output = [&](const std::vector<index_t>& subset, std::vector<double>& y) {
     const index_t n = static_cast<index_t>(subset.size());
@@ -569,7 +568,6 @@ inline std::vector<std::int64_t> output_subset(const host_context& ctx, const co
   std::iota(all.begin(), all.end(), 0);
   std::vector<double> reference(static_cast<std::size_t>(T * H));
   routed_output(all, reference);
-  (void)K;
   const std::uint64_t budget = params.samples > 0 ? static_cast<std::uint64_t>(params.samples) : 100000u;
   const std::uint64_t total = capped_binomial(E, N, budget);
   const bool exhaustive = total <= budget;
