@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target fuzz/*_fuzzer.cpp with clang (-fsanitize=fuzzer,address,undefined) and runs
 # each for a bounded time from a seed corpus. Any crash, sanitizer report, leak or timeout fails the run and
-# leaves the input that caused it in fuzz/crash-*. CI runs this with 30 seconds per target (.ci/run): six
-# targets, about 4 minutes with the builds.
+# leaves the input that caused it in fuzz/crash-*. CI runs this with 20 seconds per target (.ci/run, to stay within its 40 minutes): six
+# targets, about 3 minutes with the builds.
 #
 #   scripts/run-fuzzers.sh [SECONDS_PER_TARGET]      default 60
 set -euo pipefail
