@@ -136,26 +136,10 @@ def main():
     if a.no_docs:
         return
     pc.write_block(BEGIN, END, text)
-    plt = pc.pyplot()
-    if plt is None:
-        return
-    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 4.2), squeeze=False)
-    names = [name for name, _ in MAIN]
-    for ax, (label, _) in zip(axes[0], models):
-        for i, (r, _, _) in enumerate(REDUCTIONS):
-            ax.barh([j + 0.4 * i for j in range(len(names))], [ppl(label, r, m) for m in names], height=0.4,
-                    label=f"{r} fewer experts")
-        ax.axvline(original[label]["perplexity"], color="k", lw=1, ls="--", label="original")
-        ax.set_yticks([j + 0.2 for j in range(len(names))])
-        ax.set_yticklabels(names)
-        pc.log_axis(ax)
-        ax.set_xlabel("held-out perplexity (log scale; lower is better)")
-        ax.set_title(label)
-        ax.invert_yaxis()
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(pc.ROOT, "docs", "img", "cka_merge_table1.png"), dpi=110)
-
+    pc.perplexity_bars("cka_merge_table1.png",
+                       [label for label, _ in models], [name for name, _ in MAIN],
+                       [r for r, _, _ in REDUCTIONS], ppl,
+                       {label: o["perplexity"] for label, o in original.items()})
 
 if __name__ == "__main__":
     main()

@@ -97,3 +97,26 @@ def log_axis(ax):
     formatter.set_scientific(False)
     ax.xaxis.set_major_formatter(formatter)
     ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def perplexity_bars(path, models, names, reductions, perplexity, original):
+    """One panel per model: a bar per method (names) and reduction, held-out perplexity on a log axis, the
+    original model's as a dashed line; written to docs/img/PATH. perplexity(label, reduction, name) -> float."""
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 4.2), squeeze=False)
+    for ax, label in zip(axes[0], models):
+        for i, r in enumerate(reductions):
+            ax.barh([j + 0.4 * i for j in range(len(names))], [perplexity(label, r, m) for m in names], height=0.4,
+                    label=f"{r} fewer experts")
+        ax.axvline(original[label], color="k", lw=1, ls="--", label="original")
+        ax.set_yticks([j + 0.2 for j in range(len(names))])
+        ax.set_yticklabels(names)
+        log_axis(ax)
+        ax.set_xlabel("held-out perplexity (log scale; lower is better)")
+        ax.set_title(label)
+        ax.invert_yaxis()
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(ROOT, "docs", "img", path), dpi=110)

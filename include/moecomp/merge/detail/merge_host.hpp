@@ -573,21 +573,23 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
         have_x && t_count > 0 && (params.report_errors || params.method == merge_method::learned);
     if (need_target)
       y = group_target<W, A>(ctx, params.forward, experts, plan.members, xg, plan.tokens, routed ? &routes : nullptr);
+    // learned: the coefficients fitted on `stack`'s members `order`, recorded in the group's and layer's report.
+    const auto learn = [&](const moe::ffn_expert_stack_view<W>& stack, const std::vector<index_t>& order) {
+      const learned_outcome lo = learn_coefficients<W, A>(ctx, params, stack, order, xg, y.data());
+      c = lo.alpha;
+      gr.objective_initial = lo.initial;
+      gr.objective_final = lo.final;
+      gr.iterations = lo.iterations;
+      report.iterations += lo.iterations;
+      report.criterion = std::max(report.criterion, lo.last_step);
+      if (!lo.converged && report.ok()) report.status = moecomp::status::iteration_limit;
+    };
     if (params.align_members) {  // merge the members as aligned copies, the dominant first (see merge_params)
       const aligned_group<W> aligned(ctx, params, experts, ordered, xg);
       if (report.ok() && aligned.status != moecomp::status::ok) report.status = aligned.status;
       std::vector<index_t> local(n);
       std::iota(local.begin(), local.end(), index_t(0));
-      if (params.method == merge_method::learned && need_target) {
-        const learned_outcome lo = learn_coefficients<W, A>(ctx, params, aligned.stack(), local, xg, y.data());
-        c = lo.alpha;
-        gr.objective_initial = lo.initial;
-        gr.objective_final = lo.final;
-        gr.iterations = lo.iterations;
-        report.iterations += lo.iterations;
-        report.criterion = std::max(report.criterion, lo.last_step);
-        if (!lo.converged && report.ok()) report.status = moecomp::status::iteration_limit;
-      }
+      if (params.method == merge_method::learned && need_target) learn(aligned.stack(), local);
       weighted_merge<W>(ctx, aligned.stack(), local, c, {}, target);
     } else switch (params.method) {
       case merge_method::average:
@@ -644,16 +646,7 @@ merge_report merge_experts_host(const host_context& ctx, const merge_params& par
         break;
       }
       case merge_method::learned: {
-        if (need_target) {
-          const learned_outcome lo = learn_coefficients<W, A>(ctx, params, experts, ordered, xg, y.data());
-          c = lo.alpha;
-          gr.objective_initial = lo.initial;
-          gr.objective_final = lo.final;
-          gr.iterations = lo.iterations;
-          report.iterations += lo.iterations;
-          report.criterion = std::max(report.criterion, lo.last_step);
-          if (!lo.converged && report.ok()) report.status = moecomp::status::iteration_limit;
-        }
+        if (need_target) learn(experts, ordered);
         weighted_merge<W>(ctx, experts, ordered, c, {}, target);
         break;
       }
