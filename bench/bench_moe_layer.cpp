@@ -1,8 +1,10 @@
 // The MoE layer forward at Qwen-MoE size (issue 16's workload): 512 tokens, 60 SwiGLU experts of d = 2048,
 // d_ff = 1408, softmax top-4 without renormalisation, plus a sigmoid-gated shared expert of d_ff = 5632, in
-// bfloat16 (weights) and float (weights and tokens). Counter flops/s: the routed experts' 6 T K d d_ff plus
+// bfloat16 weights with exact products (widened to float) and with bf16 products (ctx.matmul, bfloat16 dot
+// products), and float (weights and tokens). Counter flops/s: the routed experts' 6 T K d d_ff plus
 // the shared expert's 6 T d d_ff_shared. The side-by-side against the HF-style torch loop over experts:
 // bench/peers/moe_layer_vs_torch.py.
+#include <moecomp/core/gemm.hpp>
 #include <moecomp/moe/layer.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/numeric_types.hpp>
@@ -10,6 +12,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 namespace {
@@ -17,7 +20,7 @@ namespace {
 using moecomp::index_t;
 namespace moe = moecomp::moe;
 
-template <class W>
+template <class W, moecomp::matmul_precision Precision = moecomp::matmul_precision::exact>
 void moe_layer(benchmark::State& state) {
   const index_t t = 512, d = 2048, d_ff = 1408, e = 60, k = 4, d_shared = 5632;
   moecomp::random_generator rng(22);
@@ -43,16 +46,20 @@ void moe_layer(benchmark::State& state) {
   p.routing.rule = moecomp::gating::routing_rule::top_k;
   p.routing.scores = moecomp::gating::score_function::softmax;
   p.routing.top_k = k;
-  const moecomp::host_context ctx;
+  moecomp::host_context ctx;
+  ctx.matmul = Precision;
   for (auto _ : state) {
     benchmark::DoNotOptimize(moe::moe_layer_forward<W>(ctx, p, layer, x.const_view(), y.view()).selected);
   }
   state.counters["flops/s"] = benchmark::Counter(6.0 * double(t) * double(d) * (double(k * d_ff) + double(d_shared)),
                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string("gemm ") + moecomp::gemm_provider() + ", matmul " + moecomp::to_string(Precision));
 }
 
 }  // namespace
 
 BENCHMARK_TEMPLATE(moe_layer, moecomp::bfloat16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK_TEMPLATE(moe_layer, moecomp::bfloat16, moecomp::matmul_precision::bf16)
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK_TEMPLATE(moe_layer, float)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK_MAIN();

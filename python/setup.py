@@ -55,6 +55,15 @@ if os.environ.get("MOECOMP_NATIVE") == "1":
 # debug information (a 10x larger module).
 flags.append("-g0")
 
+# oneDNN's GEMMs where its headers and library are installed (Debian libdnnl-dev), as the CMake build does
+# (docs/building.md, "GEMM providers"); MOECOMP_GEMM=eigen keeps Eigen's.
+macros = [("MOECOMP_SOURCE_LAYOUTS_DIR", '"' + os.path.join(ROOT, "layouts") + '"')]
+libraries = []
+if os.environ.get("MOECOMP_GEMM", "auto") != "eigen" and any(
+        os.path.isfile(os.path.join(d, "oneapi", "dnnl", "dnnl.hpp")) for d in ("/usr/include", "/usr/local/include")):
+    libraries.append("dnnl")
+    flags.append("-DMOECOMP_USE_ONEDNN=1")  # a flag rather than a macro: recorded in the flags stamp below
+
 # Every header the module is compiled from: setuptools rebuilds when one is newer than the module.
 headers = sorted(glob.glob(os.path.join(ROOT, "include", "moecomp", "**", "*.hpp"), recursive=True))
 
@@ -63,7 +72,8 @@ extension = Extension(
     sources=["moecomp_python.cpp"],
     depends=headers,
     include_dirs=[os.path.join(ROOT, "include")] + eigen_include() + pybind11_include(),
-    define_macros=[("MOECOMP_SOURCE_LAYOUTS_DIR", '"' + os.path.join(ROOT, "layouts") + '"')],
+    define_macros=macros,
+    libraries=libraries,
     extra_compile_args=flags,
     extra_link_args=["-fopenmp"],
     language="c++",

@@ -17,6 +17,7 @@ packages=(
   python3-tqdm                                 # the progress bar of docs/python.md's session
   libopenblas0-pthread                         # an optimised BLAS for the peers (numpy/scipy)
   libopenblas-openmp-dev                       # the opt-in CBLAS of the tool and benches (OpenMP build: thread-safe)
+  libdnnl-dev                                  # oneDNN: the GEMM provider of the tool, benches and Python module (float32, bfloat16)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -7,6 +7,7 @@
 #include <moecomp/core/config.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/error.hpp>
+#include <moecomp/core/gemm.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/memory_space.hpp>
 #include <moecomp/core/numeric_types.hpp>

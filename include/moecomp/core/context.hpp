@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <limits>
 #include <new>
+#include <string>
+#include <string_view>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -22,6 +24,29 @@ struct host_allocator {
   void* user_data = nullptr;
 };
 
+/// How products with 16-bit weights are computed (docs/core.md, "Matmul precision").
+/// - exact: the weights are widened to the accumulator type (float) and multiplied with the float
+///   activations in float: the only rounding is the float sums'. The default.
+/// - bf16: where the weights are bfloat16, the activations are rounded to bfloat16 too and the products run
+///   as bfloat16 dot products with float sums (oneDNN's AVX512_BF16 kernels under MOECOMP_USE_ONEDNN, the
+///   float GEMM on widened operands elsewhere). No weight is widened or copied. Other weight types: exact.
+enum class matmul_precision { exact, bf16 };
+
+inline const char* to_string(matmul_precision p) noexcept {
+  switch (p) {
+    case matmul_precision::exact: return "exact";
+    case matmul_precision::bf16: return "bf16";
+  }
+  return "unknown";
+}
+
+/// Parses "exact" or "bf16"; throws invalid_argument naming them otherwise.
+inline matmul_precision parse_matmul_precision(std::string_view name) {
+  for (matmul_precision p : {matmul_precision::exact, matmul_precision::bf16})
+    if (name == to_string(p)) return p;
+  MOECOMP_FAIL(error_kind::invalid_argument, "matmul_precision: expected exact or bf16, got '", std::string(name), "'");
+}
+
 struct host_context {
   /// Threads for moecomp's own parallel loops, which exist only when moecomp is built with OpenMP (link
   /// moecomp::openmp). 0: OpenMP's default (omp_get_max_threads()); 1: serial. No thread pool is kept
@@ -29,6 +54,8 @@ struct host_context {
   int num_threads = 0;
   /// Workspace allocator; default aligned operator new.
   host_allocator allocator{};
+  /// How products with bfloat16 weights are computed: exact (float, the default) or bf16 dot products.
+  matmul_precision matmul = matmul_precision::exact;
 
   host_context() = default;
   explicit host_context(int threads) : num_threads(threads) {

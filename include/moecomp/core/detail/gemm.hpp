@@ -1,11 +1,18 @@
 #pragma once
 // The one host GEMM of moecomp: out = alpha * A B^T over row-major blocks, the shape every GEMM-based
-// kernel here needs (Gram tiles, cross terms of squared Euclidean costs).
+// kernel here needs (Gram tiles, cross terms of squared Euclidean costs, expert forwards), for float and
+// double operands and for bfloat16 operands with a float result.
 //
-// The kernel is Eigen's GEMM, or, when the including code defines MOECOMP_USE_CBLAS and links a CBLAS,
-// cblas_sgemm / cblas_dgemm. moecomp calls it from its own OpenMP-parallel tiles, so that BLAS must be
-// thread-safe and run single-threaded inside a parallel region, as OpenBLAS's OpenMP build does (Debian's
-// serial OpenBLAS is not thread-safe). moecomp never defines the macro for its consumers.
+// The provider is chosen by the including program (docs/building.md, "GEMM providers"), never by moecomp
+// for its consumers:
+// - Eigen's GEMM, the default: header-only.
+// - MOECOMP_USE_ONEDNN (link oneDNN, Debian's libdnnl-dev): oneDNN's matmul for float and bfloat16
+//   (core/detail/gemm_onednn.hpp), its kernel chosen at run time for the CPU; double stays with the next.
+// - MOECOMP_USE_CBLAS (link a CBLAS): cblas_sgemm / cblas_dgemm. moecomp calls it from its own
+//   OpenMP-parallel tiles, so that BLAS must be thread-safe and run single-threaded inside a parallel
+//   region, as OpenBLAS's OpenMP build does (Debian's serial OpenBLAS is not thread-safe).
+// bfloat16 operands without oneDNN are widened to float (exact) and multiplied by the float provider: the
+// same contract (products exact in float, sums in float), another summation order.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/config.hpp>
 #include <moecomp/core/detail/traits.hpp>
@@ -15,10 +22,17 @@
 #if defined(MOECOMP_USE_CBLAS)
 #include <cblas.h>
 #endif
+#if defined(MOECOMP_USE_ONEDNN)
+#include <moecomp/core/detail/gemm_onednn.hpp>
+#endif
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
 
+#include <moecomp/core/context.hpp>
+#include <moecomp/core/numeric_types.hpp>
+
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 
@@ -39,6 +53,12 @@ void gemm_abt_kernel(T alpha, const T* a, index_t lda, const T* b, index_t ldb, 
     map_out(out, r, c, Eigen::OuterStride<>(ldo)).setZero();
     return;
   }
+#if defined(MOECOMP_USE_ONEDNN)
+  if constexpr (std::is_same_v<T, float>) {
+    moecomp::detail::onednn_gemm_abt<float>(alpha, a, lda, b, ldb, r, c, d, out, ldo);
+    return;
+  }
+#endif
 #if defined(MOECOMP_USE_CBLAS)
   constexpr index_t int_max = std::numeric_limits<int>::max();
   if (r <= int_max && c <= int_max && d <= int_max && lda <= int_max && ldb <= int_max && ldo <= int_max) {
@@ -81,6 +101,63 @@ void gemm_abt(T alpha, const T* a, index_t lda, const T* b, index_t ldb, index_t
   }
 #endif
   gemm_abt_kernel(alpha, a, lda, b, ldb, r, c, d, out, ldo);
+}
+
+/// The name of the float GEMM provider this translation unit was compiled with: "onednn", "cblas" or "eigen".
+inline const char* gemm_provider_name() noexcept {
+#if defined(MOECOMP_USE_ONEDNN)
+  return "onednn";
+#elif defined(MOECOMP_USE_CBLAS)
+  return "cblas";
+#else
+  return "eigen";
+#endif
+}
+
+/// Rows of each operand widened per step of the portable bfloat16 GEMM (its float buffers: 2 x 256 x d).
+inline constexpr index_t gemm_bf16_panel_rows = 256;
+
+/// out (r x c, row stride ldo) = alpha * A B^T with bfloat16 A (r x d) and B (c x d) and a float result:
+/// products exact in float, sums in float. One thread, like gemm_abt. With oneDNN these are its bfloat16
+/// dot products (vdpbf16ps on AVX512_BF16, which flushes subnormal inputs and products to zero); otherwise
+/// panels of both operands are widened to float (exact) and multiplied by gemm_abt<float>.
+inline void gemm_abt_bf16(const host_context& ctx, float alpha, const bfloat16* a, index_t lda, const bfloat16* b,
+                          index_t ldb, index_t r, index_t c, index_t d, float* out, index_t ldo) {
+  if (r == 0 || c == 0) return;
+#if defined(MOECOMP_USE_ONEDNN)
+  if (d > 0) {
+#if defined(_OPENMP)
+    if (!omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel num_threads(1)
+      { moecomp::detail::onednn_gemm_abt<bfloat16>(alpha, a, lda, b, ldb, r, c, d, out, ldo); }
+      return;
+    }
+#endif
+    moecomp::detail::onednn_gemm_abt<bfloat16>(alpha, a, lda, b, ldb, r, c, d, out, ldo);
+    return;
+  }
+#endif
+  if (d == 0) {
+    gemm_abt<float>(alpha, nullptr, 0, nullptr, 0, r, c, 0, out, ldo);
+    return;
+  }
+  const index_t panel = gemm_bf16_panel_rows;
+  host_workspace<float> a_wide(ctx, static_cast<std::size_t>(std::min(panel, r) * d));
+  host_workspace<float> b_wide(ctx, static_cast<std::size_t>(std::min(panel, c) * d));
+  for (index_t j0 = 0; j0 < c; j0 += panel) {
+    const index_t cols = std::min(panel, c - j0);
+    for (index_t j = 0; j < cols; ++j)
+      for (index_t k = 0; k < d; ++k) b_wide[static_cast<std::size_t>(j * d + k)] = static_cast<float>(b[(j0 + j) * ldb + k]);
+    for (index_t i0 = 0; i0 < r; i0 += panel) {
+      const index_t rows = std::min(panel, r - i0);
+      if (j0 == 0 || r > panel) {
+        for (index_t i = 0; i < rows; ++i)
+          for (index_t k = 0; k < d; ++k)
+            a_wide[static_cast<std::size_t>(i * d + k)] = static_cast<float>(a[(i0 + i) * lda + k]);
+      }
+      gemm_abt<float>(alpha, a_wide.data(), d, b_wide.data(), d, rows, cols, d, out + i0 * ldo + j0, ldo);
+    }
+  }
 }
 
 }  // namespace detail

@@ -4,7 +4,8 @@
 // copy when W is A) and multiplied by one single-threaded GEMM into its block of y's columns. The panels are
 // spread over the threads; each block of y is computed by one call of a fixed shape, so y is the same at any
 // thread count. At decode sizes (few rows of x) this is the memory-bound pass over W that an MoE layer's
-// experts need, without first converting a whole expert.
+// experts need, without first converting a whole expert. With bfloat16 W and ctx.matmul == bf16, x is
+// rounded to bfloat16 once and the panels are multiplied as stored (gemm_abt_bf16): nothing is widened.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
@@ -30,6 +31,21 @@ void linear_abt(const host_context& ctx, matrix_view<const A> x, matrix_view<con
   if (m == 0 || out == 0) return;
   const index_t panels = (out + linear_panel_rows - 1) / linear_panel_rows;
   const int threads = static_cast<int>(std::min<index_t>(std::max(ctx.threads(), 1), panels));
+  if constexpr (std::is_same_v<W, bfloat16>) {
+    if (ctx.matmul == matmul_precision::bf16) {
+      host_workspace<bfloat16> narrow(ctx, static_cast<std::size_t>(m * in));
+      for (index_t r = 0; r < m; ++r) {
+        const A* from = x.row_ptr(r);
+        for (index_t j = 0; j < in; ++j) narrow[static_cast<std::size_t>(r * in + j)] = bfloat16(static_cast<float>(from[j]));
+      }
+      parallel_for(panels, threads, [&](index_t p, int) {
+        const index_t first = p * linear_panel_rows, rows = std::min(linear_panel_rows, out - first);
+        gemm_abt_bf16(ctx, 1.0f, narrow.data(), in, w.row_ptr(first), w.row_stride(), m, rows, in, y.row_ptr(0) + first,
+                      y.row_stride());
+      });
+      return;
+    }
+  }
   const std::size_t per_thread = std::is_same_v<W, A> ? 0 : static_cast<std::size_t>(linear_panel_rows * in);
   host_workspace<A> buffers(ctx, per_thread * static_cast<std::size_t>(threads));
   parallel_for(panels, threads, [&](index_t p, int thread) {

@@ -22,30 +22,40 @@ namespace detail {
 
 using moecomp::detail::host_workspace;
 
+/// Whether the expert forward multiplies bfloat16 weights as they are (ctx.matmul == bf16), rather than
+/// widening them to A.
+template <class W>
+bool ffn_bf16_products(const host_context& ctx) noexcept {
+  return std::is_same_v<std::remove_cv_t<W>, bfloat16> && ctx.matmul == matmul_precision::bf16;
+}
+
 /// One expert's weights in the accumulator type A: views of the caller's memory when W is A, else a
-/// converted copy (3 d d_ff elements of A at most) made once per call.
+/// converted copy (3 d d_ff elements of A at most) made once per call; without `widen` (bfloat16 products)
+/// only the biases are converted and w1, w3, w2 stay empty.
 template <class W, class A = accumulator_t<W>>
 class expert_weights {
  public:
-  /// The number of A elements of the converted copy (0 when W is A).
-  static std::size_t copy_size(const ffn_expert_view<W>& e) noexcept {
-    return std::is_same_v<W, A> ? 0 : static_cast<std::size_t>(e.d_ff() * e.d_model() * (e.gated() ? 3 : 2));
+  /// The number of A elements of the converted copy (0 when W is A or nothing is widened).
+  static std::size_t copy_size(const ffn_expert_view<W>& e, bool widen = true) noexcept {
+    return std::is_same_v<W, A> || !widen ? 0
+                                          : static_cast<std::size_t>(e.d_ff() * e.d_model() * (e.gated() ? 3 : 2));
   }
   /// Elements of the caller's storage: the converted copy and the biases.
-  static std::size_t storage_size(const ffn_expert_view<W>& e) noexcept {
-    return copy_size(e) + static_cast<std::size_t>(2 * e.d_ff() + e.d_model());
+  static std::size_t storage_size(const ffn_expert_view<W>& e, bool widen = true) noexcept {
+    return copy_size(e, widen) + static_cast<std::size_t>(2 * e.d_ff() + e.d_model());
   }
-  /// storage: storage_size(e) elements (nothing is then allocated), or null to allocate from ctx.
-  expert_weights(const host_context& ctx, const ffn_expert_view<W>& e, A* storage = nullptr)
-      : copy_(ctx, storage ? 0 : copy_size(e)),
+  /// storage: storage_size(e, widen) elements (nothing is then allocated), or null to allocate from ctx.
+  expert_weights(const host_context& ctx, const ffn_expert_view<W>& e, A* storage = nullptr, bool widen = true)
+      : copy_(ctx, storage ? 0 : copy_size(e, widen)),
         biases_(ctx, storage ? 0 : static_cast<std::size_t>(2 * e.d_ff() + e.d_model())) {
     const index_t d_ff = e.d_ff(), d = e.d_model();
     if constexpr (std::is_same_v<W, A>) {
       (void)storage;
+      (void)widen;
       w1 = e.w1;
       w3 = e.w3;
       w2 = e.w2;
-    } else {
+    } else if (widen) {
       A* p = storage ? storage : copy_.data();
       w1 = convert(e.w1, p);
       p += d_ff * d;
@@ -53,7 +63,7 @@ class expert_weights {
       p += d_ff * d;
       if (e.gated()) w3 = convert(e.w3, p);
     }
-    A* b = storage ? storage + copy_size(e) : biases_.data();
+    A* b = storage ? storage + copy_size(e, widen) : biases_.data();
     for (index_t i = 0; i < d_ff; ++i) {
       b[i] = e.b1.empty() ? A(0) : convert_to<A>(e.b1[i]);
       b[d_ff + i] = e.b3.empty() ? A(0) : convert_to<A>(e.b3[i]);
@@ -75,26 +85,47 @@ class expert_weights {
   host_workspace<A> copy_, biases_;
 };
 
-/// Scratch A elements one thread needs for a tile of `tile` tokens.
+/// Scratch A elements one thread needs for a tile of `tile` tokens (with bf16 products, also the tile's
+/// tokens and hidden activations rounded to bfloat16, two to an A element).
 template <class W>
-std::size_t ffn_tile_scratch(const ffn_expert_view<W>& e, index_t tile) noexcept {
-  return static_cast<std::size_t>(tile * e.d_ff()) * (e.gated() ? 2 : 1);
+std::size_t ffn_tile_scratch(const ffn_expert_view<W>& e, index_t tile, bool bf16_products = false) noexcept {
+  const auto wide = static_cast<std::size_t>(tile * e.d_ff()) * (e.gated() ? 2 : 1);
+  return wide + (bf16_products ? (static_cast<std::size_t>(tile * (e.d_model() + e.d_ff())) + 1) / 2 : 0);
 }
 
 /// Rows [first, first + rows) of the forward (rows <= tile) on the calling thread: y and, when not empty, the
-/// hidden activations; scratch holds ffn_tile_scratch elements.
+/// hidden activations; scratch holds ffn_tile_scratch(expert, tile, bf16 products) elements. With bf16
+/// products (bfloat16 W, ctx.matmul == bf16) the tokens and the hidden activations are rounded to bfloat16
+/// and multiplied with the weights as stored; otherwise by w's widened copies.
 template <class W, class A>
-void ffn_forward_tile(const ffn_params& params, const ffn_expert_view<W>& expert, const expert_weights<W, A>& w,
-                      matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden, index_t first, index_t rows,
-                      A* scratch) {
+void ffn_forward_tile(const host_context& ctx, const ffn_params& params, const ffn_expert_view<W>& expert,
+                      const expert_weights<W, A>& w, matrix_view<const A> x, matrix_view<A> y, matrix_view<A> hidden,
+                      index_t first, index_t rows, A* scratch) {
   const index_t d = expert.d_model(), d_ff = expert.d_ff();
   A* h = scratch;
   A* u = h + rows * d_ff;
-  moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w1.data(), w.w1.row_stride(), rows, d_ff, d,
-                               h, d_ff);
-  if (expert.gated())
-    moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w3.data(), w.w3.row_stride(), rows, d_ff,
-                                 d, u, d_ff);
+  [[maybe_unused]] bfloat16* narrow = nullptr;  // bf16 products: the tile's tokens, then its hidden activations
+  if constexpr (std::is_same_v<W, bfloat16>) {
+    if (ffn_bf16_products<W>(ctx)) {
+      narrow = reinterpret_cast<bfloat16*>(u + (expert.gated() ? rows * d_ff : 0));
+      for (index_t r = 0; r < rows; ++r) {
+        const A* xr = x.row_ptr(first + r);
+        for (index_t c = 0; c < d; ++c) narrow[r * d + c] = bfloat16(static_cast<float>(xr[c]));
+      }
+      moecomp::detail::gemm_abt_bf16(ctx, 1.0f, narrow, d, expert.w1.data(), expert.w1.row_stride(), rows, d_ff, d, h,
+                                     d_ff);
+      if (expert.gated())
+        moecomp::detail::gemm_abt_bf16(ctx, 1.0f, narrow, d, expert.w3.data(), expert.w3.row_stride(), rows, d_ff, d,
+                                       u, d_ff);
+    }
+  }
+  if (narrow == nullptr) {
+    moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w1.data(), w.w1.row_stride(), rows, d_ff,
+                                 d, h, d_ff);
+    if (expert.gated())
+      moecomp::detail::gemm_abt<A>(A(1), x.row_ptr(first), x.row_stride(), w.w3.data(), w.w3.row_stride(), rows,
+                                   d_ff, d, u, d_ff);
+  }
   for (index_t r = 0; r < rows; ++r) {
     A* hr = h + r * d_ff;
     const A* ur = u + r * d_ff;
@@ -105,8 +136,16 @@ void ffn_forward_tile(const ffn_params& params, const ffn_expert_view<W>& expert
     if (!hidden.empty()) std::copy(hr, hr + d_ff, hidden.row_ptr(first + r));
   }
   if (y.empty()) return;
-  moecomp::detail::gemm_abt<A>(A(1), h, d_ff, w.w2.data(), w.w2.row_stride(), rows, d, d_ff, y.row_ptr(first),
-                               y.row_stride());
+  if constexpr (std::is_same_v<W, bfloat16>) {
+    if (narrow != nullptr) {
+      for (index_t i = 0; i < rows * d_ff; ++i) narrow[i] = bfloat16(static_cast<float>(h[i]));
+      moecomp::detail::gemm_abt_bf16(ctx, 1.0f, narrow, d_ff, expert.w2.data(), expert.w2.row_stride(), rows, d, d_ff,
+                                     y.row_ptr(first), y.row_stride());
+    }
+  }
+  if (narrow == nullptr)
+    moecomp::detail::gemm_abt<A>(A(1), h, d_ff, w.w2.data(), w.w2.row_stride(), rows, d, d_ff, y.row_ptr(first),
+                                 y.row_stride());
   for (index_t r = 0; r < rows; ++r) {
     A* yr = y.row_ptr(first + r);
     for (index_t j = 0; j < d; ++j) yr[j] += w.b2[j];
@@ -152,15 +191,16 @@ void ffn_forward_host(const host_context& ctx, const ffn_params& params, const f
     ffn_forward_panels<W, A>(ctx, params, expert, x, y, hidden);
     return;
   }
-  const expert_weights<W, A> w(ctx, expert);
+  const bool bf16 = ffn_bf16_products<W>(ctx);
+  const expert_weights<W, A> w(ctx, expert, nullptr, !bf16);
   const int threads = std::max(1, ctx.threads());
   const index_t tiles = (n + tile - 1) / tile;
   const int used = static_cast<int>(std::min<index_t>(threads, tiles));
-  const std::size_t per_thread = ffn_tile_scratch(expert, tile);
+  const std::size_t per_thread = ffn_tile_scratch(expert, tile, bf16);
   host_workspace<A> scratch(ctx, per_thread * static_cast<std::size_t>(used));
   moecomp::detail::parallel_for(tiles, used, [&](index_t t, int thread) {
     const index_t first = t * tile, rows = std::min(tile, n - first);
-    ffn_forward_tile<W, A>(params, expert, w, x, y, hidden, first, rows,
+    ffn_forward_tile<W, A>(ctx, params, expert, w, x, y, hidden, first, rows,
                            scratch.data() + per_thread * static_cast<std::size_t>(thread));
   });
 }

@@ -46,7 +46,9 @@ void run_experts(const host_context& ctx, const ffn_params& params, const ffn_ex
   if (items.empty()) return;
   const ffn_expert_view<W> shape = experts.expert(0);
   const int threads = static_cast<int>(std::min<index_t>(std::max(1, ctx.threads()), static_cast<index_t>(items.size())));
-  const std::size_t weights_size = expert_weights<W, A>::storage_size(shape), scratch_size = ffn_tile_scratch(shape, tile);
+  const bool bf16 = ffn_bf16_products<W>(ctx);
+  const std::size_t weights_size = expert_weights<W, A>::storage_size(shape, !bf16),
+                    scratch_size = ffn_tile_scratch(shape, tile, bf16);
   host_workspace<A> buffers(ctx, (weights_size + scratch_size) * static_cast<std::size_t>(threads));
   std::vector<index_t> converted(static_cast<std::size_t>(threads), -1);  // the expert in each thread's buffer
   std::vector<std::optional<expert_weights<W, A>>> weights(static_cast<std::size_t>(threads));
@@ -56,10 +58,11 @@ void run_experts(const host_context& ctx, const ffn_params& params, const ffn_ex
     const ffn_expert_view<W> expert = experts.expert(it.expert);
     auto& w = weights[static_cast<std::size_t>(thread)];
     if (converted[static_cast<std::size_t>(thread)] != it.expert) {
-      w.emplace(ctx, expert, mine);  // allocates nothing: the storage is the thread's buffer
+      w.emplace(ctx, expert, mine, !bf16);  // allocates nothing: the storage is the thread's buffer
       converted[static_cast<std::size_t>(thread)] = it.expert;
     }
-    ffn_forward_tile<W, A>(params, expert, *w, gathered, out, matrix_view<A>(), it.first, it.rows, mine + weights_size);
+    ffn_forward_tile<W, A>(ctx, params, expert, *w, gathered, out, matrix_view<A>(), it.first, it.rows,
+                           mine + weights_size);
   });
 }
 
