@@ -31,8 +31,6 @@ using moecomp::detail::host_workspace;
 
 /// Rows per GEMM tile. Fixed, so that every distance is computed the same way whichever thread computes it.
 inline constexpr index_t kmeans_tile_rows = 256;
-/// Columns of x per thread in the centre update (each thread sums its columns over all rows, in row order).
-inline constexpr index_t kmeans_update_columns = 64;
 
 /// The inputs of one fit, checked.
 template <class T>
@@ -113,35 +111,45 @@ double inertia_of(const kmeans_data<T>& data, const T* centers, const std::int64
   return total;
 }
 
-/// Weighted sums of each cluster's rows (k x d, double) and the clusters' weights, each sum in row order;
-/// parallel over column blocks, so the order (and the result) does not depend on the thread count.
+/// Weighted sums of each cluster's rows (k x d, double) and the clusters' weights, each sum in row order.
+/// The rows are listed per cluster (a stable counting sort of the labels: members holds n entries, offsets
+/// k + 1), then the clusters are summed in parallel, each by one thread over its rows in index order: a whole
+/// row at a time (a contiguous, vectorised pass over d columns into the cluster's sums), the same order of
+/// additions for every entry, and so the same result, at any thread count.
 template <class T>
 void cluster_sums(const kmeans_data<T>& data, int threads, const std::int64_t* labels, double* sums,
-                  double* cluster_weight) {
+                  double* cluster_weight, index_t* members, index_t* offsets) {
   const index_t n = data.n, d = data.d, k = data.k;
-  std::fill(sums, sums + k * d, 0.0);
   std::fill(cluster_weight, cluster_weight + k, 0.0);
-  for (index_t i = 0; i < n; ++i) cluster_weight[labels[i]] += data.weight(i);
-  const index_t blocks = (d + kmeans_update_columns - 1) / kmeans_update_columns;
-  auto block_sums = [&](index_t b) {
-    const index_t c0 = b * kmeans_update_columns, c1 = std::min(d, c0 + kmeans_update_columns);
-    for (index_t i = 0; i < n; ++i) {
+  std::fill(offsets, offsets + k + 1, index_t(0));
+  for (index_t i = 0; i < n; ++i) {
+    cluster_weight[labels[i]] += data.weight(i);
+    ++offsets[labels[i] + 1];
+  }
+  for (index_t j = 0; j < k; ++j) offsets[j + 1] += offsets[j];
+  for (index_t i = 0; i < n; ++i) members[offsets[labels[i]]++] = i;  // offsets[j] is now cluster j's end
+  for (index_t j = k; j > 0; --j) offsets[j] = offsets[j - 1];
+  offsets[0] = 0;
+  auto cluster = [&](index_t j) {
+    double* s = sums + j * d;
+    std::fill(s, s + d, 0.0);
+    for (index_t m = offsets[j]; m < offsets[j + 1]; ++m) {
+      const index_t i = members[m];
       const double w = data.weight(i);
       const T* row = data.x.row_ptr(i);
-      double* s = sums + labels[i] * d;
-      for (index_t c = c0; c < c1; ++c) s[c] += w * static_cast<double>(row[c]);
+      for (index_t c = 0; c < d; ++c) s[c] += w * static_cast<double>(row[c]);
     }
   };
-  const int used = static_cast<int>(std::min<index_t>(threads, blocks));
+  const int used = static_cast<int>(std::min<index_t>(threads, k));
 #if defined(_OPENMP)
   if (used > 1 && n * d >= (index_t(1) << 16)) {
-#pragma omp parallel for num_threads(used) schedule(static)
-    for (index_t b = 0; b < blocks; ++b) block_sums(b);
+#pragma omp parallel for num_threads(used) schedule(dynamic, 1)
+    for (index_t j = 0; j < k; ++j) cluster(j);
     return;
   }
 #endif
   (void)used;
-  for (index_t b = 0; b < blocks; ++b) block_sums(b);
+  for (index_t j = 0; j < k; ++j) cluster(j);
 }
 
 /// scikit-learn's re-seeding, made deterministic: each empty cluster, in increasing index, takes one of the
@@ -315,6 +323,7 @@ kmeans_result lloyd_run(const host_context& ctx, const kmeans_params& params, co
   host_workspace<double> sums(ctx, static_cast<std::size_t>(k * d)), cluster_weight(ctx, static_cast<std::size_t>(k));
   host_workspace<double> distance(ctx, static_cast<std::size_t>(n));
   host_workspace<index_t> order(ctx, static_cast<std::size_t>(n));
+  host_workspace<index_t> members(ctx, static_cast<std::size_t>(n)), offsets(ctx, static_cast<std::size_t>(k + 1));
   kmeans_result result;
   result.status = status::iteration_limit;
   bool labels_settled = false;
@@ -331,7 +340,7 @@ kmeans_result lloyd_run(const host_context& ctx, const kmeans_params& params, co
   };
   for (index_t it = 0; it < params.max_iterations; ++it) {
     assign();
-    cluster_sums(data, threads, labels, sums.data(), cluster_weight.data());
+    cluster_sums(data, threads, labels, sums.data(), cluster_weight.data(), members.data(), offsets.data());
     result.reseeded +=
         reseed_empty_clusters(data, centers, labels, sums.data(), cluster_weight.data(), distance.data(), order.data());
     double shift = 0;
