@@ -343,13 +343,17 @@ inline bool keeps_router_rows(const compress_params& p) noexcept {
 /// biases); router: E x H; router_bias: the router's logit bias (Switch), correction_bias: the selection bias
 /// (DeepSeek-V3), E each or empty; shared: the shared expert (I_s x H, I_s x H or empty, H x I_s; w1 empty: none)
 /// and shared_gate its sigmoid gate row (H, Qwen2-MoE; or empty).
-struct moe_layer_weights_view {
-  moe::ffn_expert_stack_view<float> experts;
+/// basic_moe_layer_weights_view<W>: the same with the experts (and the shared expert) stored as W; the pipeline
+/// reads bfloat16 layers this way for prune (compress_checkpoint, "bf16-resident" in docs/compress.md).
+template <class W>
+struct basic_moe_layer_weights_view {
+  moe::ffn_expert_stack_view<W> experts;
   matrix_view<const float> router;
   vector_view<const float> router_bias, correction_bias;
-  moe::ffn_expert_view<float> shared;
+  moe::ffn_expert_view<W> shared;
   vector_view<const float> shared_gate;
 };
+using moe_layer_weights_view = basic_moe_layer_weights_view<float>;
 
 /// One MoE layer after compression: `stack_experts` experts (W1, W3: S x I x H; W2: S x H x I, float, rounded to
 /// the checkpoint's dtype), `slots[r]` the stack expert that router id r uses (E_out entries), the router rows

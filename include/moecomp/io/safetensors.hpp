@@ -320,6 +320,27 @@ inline void append_encoded(const float* values, std::size_t count, safetensors_d
   }
 }
 
+/// The same for bfloat16 values: a BF16 tensor gets their bytes as they are (no rounding: they are exact), the
+/// other float dtypes their float value, encoded as above.
+inline void append_encoded(const bfloat16* values, std::size_t count, safetensors_dtype dtype,
+                           std::vector<unsigned char>& out) {
+  MOECOMP_EXPECTS(is_float_storage(dtype), "append_encoded: dtype must be F32, F64, BF16 or F16, got ",
+                  to_string(dtype));
+  if (dtype == safetensors_dtype::bf16) {
+    const std::size_t at = out.size();
+    out.resize(at + 2 * count);
+    std::memcpy(out.data() + at, values, 2 * count);
+    return;
+  }
+  constexpr std::size_t chunk = 4096;  // widened a chunk at a time: no float copy of the whole tensor
+  float wide[chunk];
+  for (std::size_t first = 0; first < count; first += chunk) {
+    const std::size_t n = std::min(chunk, count - first);
+    for (std::size_t i = 0; i < n; ++i) wide[i] = static_cast<float>(values[first + i]);
+    append_encoded(wide, n, dtype, out);
+  }
+}
+
 /// Rounds `count` floats at `values` in place to what `dtype` stores (BF16, F16: once, to nearest even; other
 /// dtypes: unchanged), so that what a caller computes from them is what the written tensor holds.
 inline void round_to_storage(float* values, std::size_t count, safetensors_dtype dtype) noexcept {

@@ -744,13 +744,23 @@ inline std::vector<std::int64_t> load_expert_map(const io::safetensors_checkpoin
 /// finite"). A finite value beyond W's range (above 65504 for half) still rounds to infinity. A layer stored
 /// distinct (moe_layer_names::distinct_storage) is expanded through its id map (load_expert_map): router id e
 /// gets stored expert map[e], so the stacks hold E experts as in the duplicated form.
+/// release_pages: each tensor's pages leave the resident set (safetensors_file::release) once it is checked and
+/// again once it is converted, so that reading a layer holds its converted copy plus one tensor of the file,
+/// not the whole layer twice (compress's bf16-resident prune; the result is the same either way).
 template <class W>
-moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
+moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index,
+                                    bool release_pages = false) {
   static_assert(moecomp::detail::is_weight_type_v<W>, "load_moe_layer: W must be float, double, bfloat16 or half");
   MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "load_moe_layer: index must be in [0, ",
                   model.layers.size(), "), got ", index);
   const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
-  for (const std::string& name : n.tensor_names()) detail::check_finite(checkpoint, name, "load_moe_layer");
+  auto done_with = [&](const std::string& name) {
+    if (release_pages) checkpoint.release(name);
+  };
+  for (const std::string& name : n.tensor_names()) {
+    detail::check_finite(checkpoint, name, "load_moe_layer");
+    done_with(name);
+  }
   moe_layer_weights<W> w;
   w.experts = model.num_experts;
   w.d_model = model.hidden_size;
@@ -771,12 +781,19 @@ moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint
       gate_up.convert_into(w.w3.data() + e * matrix, matrix, stored(e) * 2 * matrix + matrix);
       down.convert_into(w.w2.data() + e * matrix, matrix, stored(e) * matrix);
     }
+    done_with(n.gate_up);
+    done_with(n.fused_down);
   } else {
     for (index_t e = 0; e < E; ++e) {
       const auto u = static_cast<std::size_t>(stored(e));
       checkpoint.tensor(n.gate[u]).convert_into(w.w1.data() + e * matrix, matrix);
-      if (w.gated) checkpoint.tensor(n.up[u]).convert_into(w.w3.data() + e * matrix, matrix);
+      done_with(n.gate[u]);
+      if (w.gated) {
+        checkpoint.tensor(n.up[u]).convert_into(w.w3.data() + e * matrix, matrix);
+        done_with(n.up[u]);
+      }
       checkpoint.tensor(n.down[u]).convert_into(w.w2.data() + e * matrix, matrix);
+      done_with(n.down[u]);
     }
   }
   w.router = checkpoint.tensor(n.router).to_matrix<float>();

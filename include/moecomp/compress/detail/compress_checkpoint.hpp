@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
@@ -53,17 +55,22 @@ inline std::string layer_prefix(const model::moe_layer_names& names) {
 /// E x H x I down) is written as it is read. distinct (hc_smoe's expert_storage::distinct): the stack's experts
 /// once each under the names of experts 0 .. S-1, and the slots as the id-map tensor (I64, E_out entries, named
 /// by model::expert_map_name).
-inline std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkpoint,
-                                               const model::moe_layer_names& names,
-                                               const model::moe_layer_weights<float>& w, const compressed_layer& c,
-                                               bool distinct = false) {
+template <class W>
+std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkpoint, const model::moe_layer_names& names,
+                                        const model::moe_layer_weights<W>& w, const compressed_layer& c,
+                                        bool distinct = false) {
   const index_t I = w.d_ff, H = w.d_model, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
   const bool own_stack = !c.w1.empty();
   MOECOMP_EXPECTS(!distinct || own_stack, "compress: distinct expert storage needs the layer's own stack");
+  MOECOMP_EXPECTS((std::is_same_v<W, float> || !own_stack), "compress: a layer read as 16-bit weights must be pruned");
   const index_t written_experts = distinct ? c.stack_experts : out_experts;  // expert tensors written
-  auto source = [&](const std::vector<float>& mine, const std::vector<float>& original, index_t r) {
+  // Expert r's matrix: the layer's own (float) stack, or the original stack's slot (in W).
+  auto append = [&](const std::vector<float>& mine, const std::vector<W>& original, index_t r, owned_tensor& t) {
     const std::int64_t k = distinct ? r : c.slots[static_cast<std::size_t>(r)];
-    return (own_stack ? mine.data() : original.data()) + k * matrix;
+    if (own_stack)
+      io::append_encoded(mine.data() + k * matrix, static_cast<std::size_t>(matrix), t.dtype, t.bytes);
+    else
+      io::append_encoded(original.data() + k * matrix, static_cast<std::size_t>(matrix), t.dtype, t.bytes);
   };
   std::vector<owned_tensor> out;
   out.reserve(4 + 3 * static_cast<std::size_t>(out_experts));  // add() hands out references: no reallocation
@@ -97,22 +104,22 @@ inline std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint&
     owned_tensor& gu = add(names.gate_up, {written_experts, 2 * I, H});
     owned_tensor& down = add(names.fused_down, {written_experts, H, I});
     for (index_t r = 0; r < written_experts; ++r) {
-      io::append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
-      io::append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), gu.dtype, gu.bytes);
-      io::append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), down.dtype, down.bytes);
+      append(c.w1, w.w1, r, gu);
+      append(c.w3, w.w3, r, gu);
+      append(c.w2, w.w2, r, down);
     }
     return out;
   }
   for (index_t r = 0; r < written_experts; ++r) {
     const auto u = static_cast<std::size_t>(r);
     owned_tensor& g = add(names.gate[u], {I, H});
-    io::append_encoded(source(c.w1, w.w1, r), static_cast<std::size_t>(matrix), g.dtype, g.bytes);
+    append(c.w1, w.w1, r, g);
     if (!names.up.empty()) {
       owned_tensor& up = add(names.up[u], {I, H});
-      io::append_encoded(source(c.w3, w.w3, r), static_cast<std::size_t>(matrix), up.dtype, up.bytes);
+      append(c.w3, w.w3, r, up);
     }
     owned_tensor& d = add(names.down[u], {H, I});
-    io::append_encoded(source(c.w2, w.w2, r), static_cast<std::size_t>(matrix), d.dtype, d.bytes);
+    append(c.w2, w.w2, r, d);
   }
   return out;
 }
@@ -233,6 +240,125 @@ inline std::vector<std::vector<std::int64_t>> global_prune_allocation(const std:
   return kept;
 }
 
+/// Whether layer `names` is compressed bf16-resident: prune on a layer whose experts are stored as BF16 reads them
+/// as bfloat16 (no float copy of the stack) and computes its scores and error from them; the checkpoint written is
+/// the same bytes (docs/compress.md, "Memory").
+inline bool bf16_resident(const io::safetensors_checkpoint& checkpoint, const compress_params& params,
+                          const model::moe_layer_names& names) {
+  return params.method == method::prune &&
+         checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype == io::safetensors_dtype::bf16;
+}
+
+/// The rest of one layer once it is loaded as W (float; bfloat16 for prune, bf16_resident): the method, the
+/// rounding to storage, the error, the written shard and the report's figures. True when the run must end
+/// (stopped, or a non-finite error): `result` says why.
+template <class W>
+bool compress_loaded_layer(const host_context& ctx, const compress_params& params,
+                           const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                           const model::moe_layer_names& names, index_t i, const model::moe_layer_weights<W>& w,
+                           const host_matrix<float>& x, io::safetensors_dtype expert_dtype, const step_timer& timed,
+                           layer_report& report, const std::vector<std::vector<std::int64_t>>& global_kept,
+                           const std::vector<std::vector<double>>& global_scores, const compress_observer& observer,
+                           checkpoint_report& result, std::set<std::string>& written,
+                           io::safetensors_sharded_writer& writer, io::safetensors_sharded_writer* dense_writer,
+                           std::chrono::steady_clock::time_point t0) {
+  const index_t E = m.num_experts;
+  compressed_layer c;
+  if (params.global) {
+    c = prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report,
+                    &global_kept[static_cast<std::size_t>(i)], &global_scores[static_cast<std::size_t>(i)]);
+  } else if constexpr (std::is_same_v<W, float>) {
+    c = compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report,
+                            static_cast<std::uint64_t>(i));
+  } else {
+    c = prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report);
+  }
+  round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
+                         names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
+                         names.correction_bias.empty() ? io::safetensors_dtype::f32
+                                                       : checkpoint.info(names.correction_bias).dtype);
+  if (stopped(observer, result)) return true;
+  double error = 0;
+  timed("error", [&] { error = layer_error(ctx, m, layer_view(w), c, x.const_view()); });
+  if (x.rows() > 0 && !std::isfinite(error)) {
+    result.status = moecomp::status::numerical_error;
+    result.failed_layer = report.layer;
+    result.criterion = error;
+    return true;
+  }
+  if (stopped(observer, result)) return true;
+  timed.announce("writing");
+  const auto writing_started = std::chrono::steady_clock::now();
+  // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
+  // expert; for resmoe also the router). With a dense writer, the restored experts go there too.
+  // The id-map methods' expert storage (issue 34): distinct writes each merged expert once, with the id map.
+  const bool distinct = keeps_router_rows(params) && params.expert_storage == expert_storage::distinct;
+  const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c, distinct);
+  const bool resmoe = c.resmoe != nullptr;
+  std::vector<owned_tensor> resmoe_tensors;
+  if constexpr (std::is_same_v<W, float>)
+    if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, w, *c.resmoe, expert_dtype);
+  auto is_expert = [&](const std::string& n) {
+    return std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
+           std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
+           std::find(names.down.begin(), names.down.end(), n) != names.down.end() || n == names.gate_up ||
+           n == names.fused_down;
+  };
+  std::vector<io::safetensors_entry> entries, dense_entries;
+  double layer_before = 0, layer_after = 0;
+  for (const std::string& n : names.tensor_names()) {
+    const auto bytes = static_cast<double>(tensor_bytes(checkpoint, n));
+    layer_before += bytes;
+    written.insert(n);
+    if (is_expert(n)) continue;  // replaced, dropped, or (resmoe) stored as base plus residuals
+    const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
+    if (!replaced || resmoe) {
+      entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+      layer_after += bytes;
+    }
+    if (!replaced) dense_entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
+  }
+  for (const owned_tensor& t : resmoe ? resmoe_tensors : tensors) {
+    entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+    layer_after += static_cast<double>(t.bytes.size());
+  }
+  for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+  // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
+  double distinct_after = layer_after;
+  if (keeps_router_rows(params)) {
+    const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
+                                (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
+    // duplicated: the slots beyond the distinct experts; distinct: the id map (I64, E entries).
+    distinct_after = distinct ? layer_after - 8.0 * static_cast<double>(E)
+                              : layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
+  }
+  writer.write_shard(entries, checkpoint.metadata());
+  if (dense_writer != nullptr) dense_writer->write_shard(dense_entries, checkpoint.metadata());
+  // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
+  for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+  report.steps_seconds.emplace_back(
+      "writing", std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count());
+  const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
+                            (w.gated ? 3.0 : 2.0);
+  report.experts = static_cast<index_t>(c.slots.size());
+  report.distinct_experts = params.method == method::prune || resmoe ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
+  report.output_relative_error = error;
+  report.calibration_tokens = x.rows();
+  report.bytes_before = layer_before;
+  report.bytes_after = distinct_after;
+  report.bytes_written = layer_after;
+  report.stored_experts = distinct ? c.stack_experts : static_cast<index_t>(c.slots.size());
+  if (distinct) report.expert_map_tensor = model::expert_map_name(names);
+  report.bits_per_weight = 8.0 * distinct_after / parameters;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.bytes_before += layer_before;
+  result.bytes_after += distinct_after;
+  result.bytes_written += layer_after;
+  result.parameters_before += parameters;
+  result.criterion = std::max(result.criterion, std::isnan(error) ? 0.0 : error);
+  return false;
+}
+
 inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const compress_params& params,
                                                   const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
                                                   const model::checkpoint_layout& layout, const std::string& config_text,
@@ -257,9 +383,14 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
       if (stopped(observer, result)) return result;
       const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
       if (observer.step) observer.step(i, L, layer_prefix(names), "scores");
-      const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
-      const host_matrix<float> x = model::read_calibration_tokens(*calibration, calibration_key(m, names), w.d_model);
-      global_scores.push_back(prune_scores(ctx, params, m, layer_view(w), x.const_view()));
+      const host_matrix<float> x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
+      if (bf16_resident(checkpoint, params, names)) {
+        const auto w = model::load_moe_layer<bfloat16>(checkpoint, m, i, true);
+        global_scores.push_back(prune_scores(ctx, params, m, layer_view(w), x.const_view()));
+      } else {
+        const auto w = model::load_moe_layer<float>(checkpoint, m, i);
+        global_scores.push_back(prune_scores(ctx, params, m, layer_view(w), x.const_view()));
+      }
       for (const std::string& n : names.tensor_names()) checkpoint.release(n);
     }
     global_kept = global_prune_allocation(global_scores, params.experts, m.top_k);
@@ -272,100 +403,26 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     const auto t0 = std::chrono::steady_clock::now();
     if (stopped(observer, result)) return result;
     timed.announce("loading");
-    const model::moe_layer_weights<float> w = model::load_moe_layer<float>(checkpoint, m, i);
-    host_matrix<float> x(0, w.d_model);
-    if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), w.d_model);
+    // The layer's weights: bfloat16 as stored for prune on a bfloat16 checkpoint (no float copy), else float.
+    const bool resident = bf16_resident(checkpoint, params, names);
+    std::optional<model::moe_layer_weights<float>> wide;
+    std::optional<model::moe_layer_weights<bfloat16>> narrow;
+    if (resident)
+      narrow.emplace(model::load_moe_layer<bfloat16>(checkpoint, m, i, true));
+    else
+      wide.emplace(model::load_moe_layer<float>(checkpoint, m, i));
+    host_matrix<float> x(0, m.hidden_size);
+    if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
     report.steps_seconds.emplace_back("loading", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
-    compressed_layer c =
-        params.global
-            ? prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report,
-                          &global_kept[static_cast<std::size_t>(i)], &global_scores[static_cast<std::size_t>(i)])
-            : compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report,
-                                  static_cast<std::uint64_t>(i));
-    round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
-                           names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
-                           names.correction_bias.empty() ? io::safetensors_dtype::f32
-                                                         : checkpoint.info(names.correction_bias).dtype);
-    if (stopped(observer, result)) return result;
-    double error = 0;
-    timed("error", [&] { error = layer_error(ctx, m, layer_view(w), c, x.const_view()); });
-    if (x.rows() > 0 && !std::isfinite(error)) {
-      result.status = moecomp::status::numerical_error;
-      result.failed_layer = report.layer;
-      result.criterion = error;
-      return result;
-    }
-    if (stopped(observer, result)) return result;
-    timed.announce("writing");
-    const auto writing_started = std::chrono::steady_clock::now();
-    // The written layer: the method's tensors, and the input's for what it leaves unchanged (the shared
-    // expert; for resmoe also the router). With a dense writer, the restored experts go there too.
-    // The id-map methods' expert storage (issue 34): distinct writes each merged expert once, with the id map.
-    const bool distinct = keeps_router_rows(params) && params.expert_storage == expert_storage::distinct;
-    const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c, distinct);
-    const bool resmoe = c.resmoe != nullptr;
-    std::vector<owned_tensor> resmoe_tensors;
-    if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, w, *c.resmoe, expert_dtype);
-    auto is_expert = [&](const std::string& n) {
-      return std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
-             std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
-             std::find(names.down.begin(), names.down.end(), n) != names.down.end() || n == names.gate_up ||
-             n == names.fused_down;
-    };
-    std::vector<io::safetensors_entry> entries, dense_entries;
-    double layer_before = 0, layer_after = 0;
-    for (const std::string& n : names.tensor_names()) {
-      const auto bytes = static_cast<double>(tensor_bytes(checkpoint, n));
-      layer_before += bytes;
-      written.insert(n);
-      if (is_expert(n)) continue;  // replaced, dropped, or (resmoe) stored as base plus residuals
-      const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
-      if (!replaced || resmoe) {
-        entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
-        layer_after += bytes;
-      }
-      if (!replaced) dense_entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
-    }
-    for (const owned_tensor& t : resmoe ? resmoe_tensors : tensors) {
-      entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
-      layer_after += static_cast<double>(t.bytes.size());
-    }
-    for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
-    // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
-    double distinct_after = layer_after;
-    if (keeps_router_rows(params)) {
-      const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
-                                  (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
-      // duplicated: the slots beyond the distinct experts; distinct: the id map (I64, E entries).
-      distinct_after = distinct ? layer_after - 8.0 * static_cast<double>(E)
-                                : layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
-    }
-    writer.write_shard(entries, checkpoint.metadata());
-    if (dense_writer != nullptr) dense_writer->write_shard(dense_entries, checkpoint.metadata());
-    // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
-    for (const std::string& n : names.tensor_names()) checkpoint.release(n);
-    report.steps_seconds.emplace_back(
-        "writing", std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count());
-    const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
-                              (w.gated ? 3.0 : 2.0);
-    report.experts = static_cast<index_t>(c.slots.size());
-    report.distinct_experts = params.method == method::prune || resmoe ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
-    report.output_relative_error = error;
-    report.calibration_tokens = x.rows();
-    report.bytes_before = layer_before;
-    report.bytes_after = distinct_after;
-    report.bytes_written = layer_after;
-    report.stored_experts = distinct ? c.stack_experts : static_cast<index_t>(c.slots.size());
-    if (distinct) report.expert_map_tensor = model::expert_map_name(names);
-    report.bits_per_weight = 8.0 * distinct_after / parameters;
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool stop = resident ? compress_loaded_layer(ctx, params, checkpoint, m, names, i, *narrow, x, expert_dtype, timed,
+                                                       report, global_kept, global_scores, observer, result, written,
+                                                       writer, dense_writer, t0)
+                               : compress_loaded_layer(ctx, params, checkpoint, m, names, i, *wide, x, expert_dtype, timed,
+                                                       report, global_kept, global_scores, observer, result, written,
+                                                       writer, dense_writer, t0);
+    if (stop) return result;
     if (!report.id_map.empty()) id_maps[report.layer] = report.id_map;
-    result.bytes_before += layer_before;
-    result.bytes_after += distinct_after;
-    result.bytes_written += layer_after;
-    result.parameters_before += parameters;
-    result.criterion = std::max(result.criterion, std::isnan(error) ? 0.0 : error);
     result.layers.push_back(std::move(report));
     result.iterations = i + 1;
   }

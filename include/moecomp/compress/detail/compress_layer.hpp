@@ -41,6 +41,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,8 +97,9 @@ inline std::vector<float> copy_of(vector_view<const float> v) {
 }
 
 /// A loaded layer as compress_layer's view of it (nothing copied).
-inline moe_layer_weights_view layer_view(const model::moe_layer_weights<float>& w) {
-  moe_layer_weights_view v;
+template <class W>
+basic_moe_layer_weights_view<W> layer_view(const model::moe_layer_weights<W>& w) {
+  basic_moe_layer_weights_view<W> v;
   v.experts = w.experts_view();
   v.router = w.router.const_view();
   if (!w.router_bias.empty()) v.router_bias = make_vector_view(w.router_bias.data(), w.experts);
@@ -447,8 +449,9 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
 
 /// prune's per-expert score (frequency, reap, router_score; see prune_criterion). Frequency and router_score sum
 /// to 1 over the layer's experts.
-inline std::vector<double> prune_scores(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                                        const moe_layer_weights_view& w, matrix_view<const float> x) {
+template <class W>
+std::vector<double> prune_scores(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                 const basic_moe_layer_weights_view<W>& w, matrix_view<const float> x) {
   const index_t E = w.experts.experts();
   moe::ffn_params ffn;
   ffn.act = m.activation;
@@ -486,7 +489,7 @@ inline std::vector<double> prune_scores(const host_context& ctx, const compress_
   host_matrix<float> weights(T, K), norms(T, E);
   host_matrix<std::int64_t> ids(T, K);
   gating::route_fixed<float>(ctx, model::routing_of(m), logits.const_view(), w.correction_bias, ids.view(), weights.view());
-  moe::expert_output_norms<float>(ctx, ffn, w.experts, x, norms.view());
+  moe::expert_output_norms<W>(ctx, ffn, w.experts, x, norms.view());
   std::vector<double> count(static_cast<std::size_t>(E), 0.0);
   for (index_t t = 0; t < T; ++t)
     for (index_t q = 0; q < K; ++q) {
@@ -531,14 +534,15 @@ inline std::uint64_t capped_binomial(index_t n, index_t k, std::uint64_t cap) {
 /// lexicographic order when there are at most `budget` (params.samples, or 100,000), else `budget` subsets drawn
 /// by partial Fisher-Yates from moecomp's generator (seed, stream = layer). The first strictly best is kept.
 /// scores[e] = -(best error of a searched subset holding e), for the report; error_out the best error / ||y||^2.
-inline std::vector<std::int64_t> output_subset(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                                               const moe_layer_weights_view& w, matrix_view<const float> x,
-                                               std::uint64_t layer, std::vector<double>& scores) {
+template <class W>
+std::vector<std::int64_t> output_subset(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                                        const basic_moe_layer_weights_view<W>& w, matrix_view<const float> x,
+                                        std::uint64_t layer, std::vector<double>& scores) {
   const index_t E = w.experts.experts(), H = w.experts.d_model(), T = x.rows(), N = params.experts;
   moe::ffn_params ffn;
   ffn.act = m.activation;
   host_matrix<float> outputs(E * T, H), logits(T, E);
-  moe::ffn_stack_forward<float>(ctx, ffn, w.experts, x, matrix_stack_view<float>(outputs.data(), E, T, H));
+  moe::ffn_stack_forward<W>(ctx, ffn, w.experts, x, matrix_stack_view<float>(outputs.data(), E, T, H));
   moe::router_logits<float>(ctx, x, w.router, w.router_bias, logits.view());
   const gating::routing_params routing = model::routing_of(m);
   // The original routed output (the shared expert is in both outputs and cancels).
@@ -618,7 +622,8 @@ inline std::vector<std::int64_t> output_subset(const host_context& ctx, const co
 
 /// The pruned layer: the original stack addressed through the kept experts (increasing order), their router rows
 /// and biases.
-inline compressed_layer pruned_layer(const moe_layer_weights_view& w, const std::vector<std::int64_t>& kept) {
+template <class W>
+compressed_layer pruned_layer(const basic_moe_layer_weights_view<W>& w, const std::vector<std::int64_t>& kept) {
   const index_t E = w.experts.experts(), H = w.experts.d_model(), N = static_cast<index_t>(kept.size());
   compressed_layer out;
   out.stack_experts = E;  // the original stack, addressed through the slots
@@ -636,11 +641,12 @@ inline compressed_layer pruned_layer(const moe_layer_weights_view& w, const std:
 /// prune: each expert's score and the N highest kept (ties to the lowest index), or O-prune's best subset; the
 /// router's rows (and biases) of the kept experts. `kept_given` (global pruning): the layer's share, chosen by
 /// compress_checkpoint from every layer's scores.
-inline compressed_layer prune_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                                    const moe_layer_weights_view& w, matrix_view<const float> x, std::uint64_t layer,
-                                    const step_timer& timed, layer_report& report,
-                                    const std::vector<std::int64_t>* kept_given = nullptr,
-                                    const std::vector<double>* scores_given = nullptr) {
+template <class W>
+compressed_layer prune_layer(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                             const basic_moe_layer_weights_view<W>& w, matrix_view<const float> x, std::uint64_t layer,
+                             const step_timer& timed, layer_report& report,
+                             const std::vector<std::int64_t>* kept_given = nullptr,
+                             const std::vector<double>* scores_given = nullptr) {
   std::vector<double> score;
   std::vector<std::int64_t> kept;
   if (kept_given != nullptr) {
@@ -929,8 +935,9 @@ inline void round_layer_to_storage(compressed_layer& c, io::safetensors_dtype ex
 
 /// || y - y' ||_F / || y ||_F of the layer's output on x (0 rows: NaN), through moe_layer_forward with the model's
 /// routing.
-inline double layer_error(const host_context& ctx, const model::moe_model& m, const moe_layer_weights_view& w,
-                          const compressed_layer& c, matrix_view<const float> x) {
+template <class W>
+double layer_error(const host_context& ctx, const model::moe_model& m, const basic_moe_layer_weights_view<W>& w,
+                   const compressed_layer& c, matrix_view<const float> x) {
   if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
   moe::moe_layer_params params;
   params.routing = model::routing_of(m);
@@ -938,10 +945,10 @@ inline double layer_error(const host_context& ctx, const model::moe_model& m, co
   const index_t H = w.experts.d_model();
   std::vector<float> shared_gate(static_cast<std::size_t>(w.shared_gate.size()));  // 1 x H, whatever its stride
   for (index_t k = 0; k < w.shared_gate.size(); ++k) shared_gate[static_cast<std::size_t>(k)] = w.shared_gate[k];
-  auto one = [](matrix_view<const float> a) {
-    return matrix_stack_view<const float>(a.data(), 1, a.rows(), a.cols(), a.row_stride(), a.rows() * a.row_stride());
+  auto one = [](matrix_view<const W> a) {
+    return matrix_stack_view<const W>(a.data(), 1, a.rows(), a.cols(), a.row_stride(), a.rows() * a.row_stride());
   };
-  auto base = [&](moe::moe_layer_view<float>& v) {
+  auto base = [&](moe::moe_layer_view<W>& v) {
     if (!w.shared.w1.empty()) {
       v.shared.w1 = one(w.shared.w1);
       if (!w.shared.w3.empty()) v.shared.w3 = one(w.shared.w3);
@@ -949,24 +956,29 @@ inline double layer_error(const host_context& ctx, const model::moe_model& m, co
       if (!shared_gate.empty()) v.shared_gate = matrix_view<const float>(shared_gate.data(), 1, H);
     }
   };
-  moe::moe_layer_view<float> original;
+  moe::moe_layer_view<W> original;
   original.router = w.router;
   original.router_bias = w.correction_bias;
   original.experts = w.experts;
   base(original);
   host_matrix<float> y(x.rows(), x.cols()), z(x.rows(), x.cols());
-  moe::moe_layer_forward<float>(ctx, params, original, x, y.view());
+  moe::moe_layer_forward<W>(ctx, params, original, x, y.view());
 
   const index_t out_experts = static_cast<index_t>(c.slots.size());
-  moe::moe_layer_view<float> compressed;
+  moe::moe_layer_view<W> compressed;
   compressed.router = c.router.const_view();
   if (!c.correction_bias.empty()) compressed.router_bias = make_vector_view(c.correction_bias.data(), out_experts);
   const bool own_stack = !c.w1.empty();
-  compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.experts.d_ff(), H, w.experts.gated())
-                                 : w.experts;
+  if constexpr (std::is_same_v<W, float>) {
+    compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.experts.d_ff(), H, w.experts.gated())
+                                   : w.experts;
+  } else {
+    MOECOMP_EXPECTS(!own_stack, "layer_error: a layer read as 16-bit weights must be pruned (its own stack is float)");
+    compressed.experts = w.experts;
+  }
   compressed.expert_map = make_vector_view(c.slots.data(), out_experts);
   base(compressed);
-  moe::moe_layer_forward<float>(ctx, params, compressed, x, z.view());
+  moe::moe_layer_forward<W>(ctx, params, compressed, x, z.view());
   double diff = 0, ref = 0;
   for (index_t t = 0; t < x.rows(); ++t)
     for (index_t k = 0; k < x.cols(); ++k) {
