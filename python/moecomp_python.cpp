@@ -1092,7 +1092,7 @@ py::object moe_layer_forward(py::handle x, py::handle router, py::handle w1, py:
                              double tau, index_t min_k, index_t max_k, index_t n_group, index_t topk_group,
                              double routed_scaling_factor, py::handle router_bias, py::handle expert_map,
                              py::handle shared_w1, py::handle shared_w3, py::handle shared_w2, py::handle shared_gate,
-                             const std::string& activation, int threads) {
+                             const std::string& activation, const std::string& matmul, int threads) {
   constexpr const char* fn = "moe_layer_forward";
   const tensor_arg xa(fn, "x", x), ra(fn, "router", router), w1a(fn, "w1", w1), w2a(fn, "w2", w2);
   const std::optional<tensor_arg> w3a = optional_arg(fn, "w3", w3), ba = optional_arg(fn, "router_bias", router_bias),
@@ -1108,7 +1108,8 @@ py::object moe_layer_forward(py::handle x, py::handle router, py::handle w1, py:
   if (s1.has_value() != s2.has_value())
     throw py::value_error(std::string(fn) + ": give both shared_w1 and shared_w2, or neither");
   if (s3 && !s1) throw py::value_error(std::string(fn) + ": shared_w3 needs shared_w1 and shared_w2");
-  const moecomp::host_context ctx(threads);
+  moecomp::host_context ctx(threads);
+  ctx.matmul = named(fn, [&] { return moecomp::parse_matmul_precision(matmul); });
   return on_weight(fn, w1a, "w1", [&](auto tag) -> py::object {
     using W = typename decltype(tag)::type;
     using A = moecomp::accumulator_t<W>;
@@ -2060,8 +2061,9 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("routed_scaling_factor") = 1.0, py::arg("router_bias") = py::none(),
         py::arg("expert_map") = py::none(), py::arg("shared_w1") = py::none(), py::arg("shared_w3") = py::none(),
         py::arg("shared_w2") = py::none(), py::arg("shared_gate") = py::none(), py::arg("activation") = "silu",
-        py::arg("threads") = 0,
-        "The MoE layer y = sum_k w_tk f_map(e_tk)(x_t) + shared experts, routed as route() routes: y (T x d).");
+        py::arg("matmul") = "exact", py::arg("threads") = 0,
+        "The MoE layer y = sum_k w_tk f_map(e_tk)(x_t) + shared experts, routed as route() routes: y (T x d). "
+        "matmul='bf16' with bfloat16 weights: tokens rounded to bfloat16, bfloat16 dot products, float sums.");
   m.def("compress_layer", &compress_layer, py::arg("w1"), py::arg("w2"), py::arg("router"), py::arg("x"),
         py::kw_only(), py::arg("w3") = py::none(), py::arg("method"), py::arg("experts") = 0,
         py::arg("features") = "auto", py::arg("linkage") = "average", py::arg("merge") = py::none(),

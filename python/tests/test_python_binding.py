@@ -560,6 +560,28 @@ def test_moe_layer_forward():
     shared = (torch.nn.functional.silu(x @ s1[0].T) * (x @ s3[0].T)) @ s2[0].T
     want = torch_layer(x, router, w1, w3, w2, 2, False) + torch.sigmoid(x @ gate)[:, None] * shared
     check("moe_layer_forward with a gated shared expert (Qwen2-MoE) = torch", rel(y, want) <= 1e-12)
+    # matmul="bf16": the definition transcribed in float64 (tokens and, before w2, the hidden activations rounded
+    # to bfloat16; the bfloat16 weights as they are), against moecomp's bfloat16 dot products with float sums.
+    b1, b3, b2 = (w.bfloat16() for w in (w1, w3, w2))
+    xf, rf = x.float(), router.float()
+
+    def bf16_contract(xf):
+        p = torch.softmax(xf.double() @ rf.double().T, dim=-1)
+        tw, ti = torch.topk(p, 2, dim=-1)
+        xr = xf.bfloat16().double()
+        y = torch.zeros_like(xr)
+        for tok in range(xr.shape[0]):
+            for slot in range(2):
+                m = int(ti[tok, slot])
+                h = torch.nn.functional.silu(b1[m].double() @ xr[tok]) * (b3[m].double() @ xr[tok])
+                y[tok] += tw[tok, slot] * (b2[m].double() @ h.float().bfloat16().double())
+        return y
+    yb = moecomp.moe_layer_forward(xf, rf, b1, b2, w3=b3, top_k=2, matmul="bf16")
+    ye = moecomp.moe_layer_forward(xf, rf, b1, b2, w3=b3, top_k=2)
+    check("moe_layer_forward matmul='bf16' = the bf16 contract transcribed in float64 to 1e-4, and not exact's",
+          rel(yb, bf16_contract(xf)) <= 1e-4 and rel(ye, bf16_contract(xf)) > 1e-4)
+    expect("moe_layer_forward matmul='fp16'", ValueError, "matmul_precision: expected exact or bf16, got 'fp16'",
+           moecomp.moe_layer_forward, xf, rf, b1, b2, w3=b3, matmul="fp16")
     expect("moe_layer_forward x of the wrong width", ValueError, "moe_layer_forward", moecomp.moe_layer_forward,
            x[:, :5], router, w1, w2, w3=w3)
     expect("moe_layer_forward bf16 stacks with float64 tokens", TypeError, "x must be float32",
