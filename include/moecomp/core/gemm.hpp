@@ -14,37 +14,15 @@
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
-#include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/gemm.hpp>
-#include <moecomp/core/detail/parallel.hpp>
 
-#include <algorithm>
 #include <type_traits>
 
 MOECOMP_NAMESPACE_BEGIN
 
-/// Rows and columns of out per tile (each tile is one single-threaded provider call).
-inline constexpr index_t gemm_tile_rows = 256, gemm_tile_cols = 512;
-
 /// The GEMM provider this translation unit was compiled with: "onednn", "cblas" or "eigen".
 inline const char* gemm_provider() noexcept { return detail::gemm_provider_name(); }
 
-namespace detail {
-template <class In, class Out, class Call>
-void matmul_abt_tiles(const char* fn, const host_context& ctx, matrix_view<const In> a, matrix_view<const In> b,
-                      matrix_view<Out> out, Call&& call) {
-  MOECOMP_EXPECTS(a.cols() == b.cols(), fn, ": a and b must have the same columns, got ", a.cols(), " and ", b.cols());
-  MOECOMP_EXPECTS(out.rows() == a.rows() && out.cols() == b.rows(), fn, ": out must be ",
-                  shape_string(a.rows(), b.rows()), " (a's rows by b's rows), got ", shape_string(out.rows(), out.cols()));
-  const index_t row_tiles = (a.rows() + gemm_tile_rows - 1) / gemm_tile_rows;
-  const index_t col_tiles = (b.rows() + gemm_tile_cols - 1) / gemm_tile_cols;
-  parallel_for(row_tiles * col_tiles, ctx.threads(), [&](index_t t, int) {
-    const index_t i0 = (t / col_tiles) * gemm_tile_rows, j0 = (t % col_tiles) * gemm_tile_cols;
-    call(a.row_ptr(i0), b.row_ptr(j0), std::min(gemm_tile_rows, a.rows() - i0), std::min(gemm_tile_cols, b.rows() - j0),
-         out.row_ptr(i0) + j0);
-  });
-}
-}  // namespace detail
 
 /// out (n x m) = alpha * a b^T, with a n x d and b m x d (float or double, any row strides); d = 0 writes zeros.
 /// [in] a, b; [out] out, which must not overlap them. Sums in T, in the provider's order.

@@ -18,6 +18,7 @@
 #include <moecomp/core/detail/traits.hpp>
 #include <moecomp/core/detail/eigen.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/parallel.hpp>
 
 #if defined(MOECOMP_USE_CBLAS)
 #include <cblas.h>
@@ -158,6 +159,25 @@ inline void gemm_abt_bf16(const host_context& ctx, float alpha, const bfloat16* 
       gemm_abt<float>(alpha, a_wide.data(), d, b_wide.data(), d, rows, cols, d, out + i0 * ldo + j0, ldo);
     }
   }
+}
+
+/// Rows and columns of out per tile of matmul_abt (each tile is one single-threaded provider call).
+inline constexpr index_t gemm_tile_rows = 256, gemm_tile_cols = 512;
+
+/// matmul_abt's checks and tiles: call(a rows, b rows, r, c, out block) for each tile of out, over the threads.
+template <class In, class Out, class Call>
+void matmul_abt_tiles(const char* fn, const host_context& ctx, matrix_view<const In> a, matrix_view<const In> b,
+                      matrix_view<Out> out, Call&& call) {
+  MOECOMP_EXPECTS(a.cols() == b.cols(), fn, ": a and b must have the same columns, got ", a.cols(), " and ", b.cols());
+  MOECOMP_EXPECTS(out.rows() == a.rows() && out.cols() == b.rows(), fn, ": out must be ",
+                  shape_string(a.rows(), b.rows()), " (a's rows by b's rows), got ", shape_string(out.rows(), out.cols()));
+  const index_t row_tiles = (a.rows() + gemm_tile_rows - 1) / gemm_tile_rows;
+  const index_t col_tiles = (b.rows() + gemm_tile_cols - 1) / gemm_tile_cols;
+  parallel_for(row_tiles * col_tiles, ctx.threads(), [&](index_t t, int) {
+    const index_t i0 = (t / col_tiles) * gemm_tile_rows, j0 = (t % col_tiles) * gemm_tile_cols;
+    call(a.row_ptr(i0), b.row_ptr(j0), std::min(gemm_tile_rows, a.rows() - i0), std::min(gemm_tile_cols, b.rows() - j0),
+         out.row_ptr(i0) + j0);
+  });
 }
 
 }  // namespace detail
