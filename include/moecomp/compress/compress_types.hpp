@@ -358,10 +358,14 @@ using moe_layer_weights_view = basic_moe_layer_weights_view<float>;
 /// One MoE layer after compression: `stack_experts` experts (W1, W3: S x I x H; W2: S x H x I, float, rounded to
 /// the checkpoint's dtype), `slots[r]` the stack expert that router id r uses (E_out entries), the router rows
 /// (E_out x H) and, where the original has them, the router bias and the correction bias (E_out each). An empty
-/// w1 means the original stack, addressed through the slots (prune).
+/// w1 means the original stack, addressed through the slots (prune). A layer that compress_checkpoint read as
+/// bfloat16 (its bf16-resident merges) holds its merged stack in w1_bf16, w3_bf16, w2_bf16 instead, w1 .. w2 empty.
 struct compressed_layer {
   index_t stack_experts = 0;
   std::vector<float> w1, w3, w2;
+  std::vector<bfloat16> w1_bf16, w3_bf16, w2_bf16;
+  /// Whether the layer has its own stack (float or bf16) rather than the original's slots.
+  bool own_stack() const noexcept { return !w1.empty() || !w1_bf16.empty(); }
   std::vector<std::int64_t> slots;
   host_matrix<float> router;
   std::vector<float> router_bias, correction_bias;

@@ -702,6 +702,14 @@ struct moe_layer_weights {
     return v;
   }
   bool has_shared_expert() const noexcept { return shared_d_ff > 0; }
+  /// Frees the expert stacks (w1, w3, w2), keeping the router, its biases and the shared expert: for a caller
+  /// done with the experts (compress, once a merged layer no longer needs its input). experts_view() is then
+  /// invalid (its stacks are empty).
+  void drop_experts() noexcept {
+    std::vector<W>().swap(w1);
+    std::vector<W>().swap(w3);
+    std::vector<W>().swap(w2);
+  }
   moe::ffn_expert_view<W> shared_expert_view() const {
     MOECOMP_EXPECTS(has_shared_expert(), "moe_layer_weights::shared_expert_view: the layer has no shared expert");
     moe::ffn_expert_view<W> v;

@@ -47,13 +47,15 @@ void vectorized_weights(const ffn_expert_stack_view<W>& stack,
 }
 
 /// The Euclidean distances between the experts' vectorized_weights rows, condensed in scipy's pdist order
-/// (distances: E (E - 1) / 2), computed from contiguous float stacks directly: no E x 3 d_ff d feature matrix (at
+/// (distances: E (E - 1) / 2), computed from contiguous stacks of any weight type (float, double, bfloat16, half; each entry widened to
+/// double) directly: no E x 3 d_ff d feature matrix (at
 /// Mixtral's shape, 5.6 GB) and no copy of it. The stacks are read in chunks of 2^14 entries once for all pairs;
 /// each chunk's per-pair sums of squares (double) are added in chunk order, so the result is bit-identical at any
 /// thread count. O(E^2 d_ff d) time, O(E^2 d_ff d / 2^14) doubles of workspace. HC-SMoE's and the CKA merge's
 /// "weights" similarity (compress). Host only.
-inline void expert_weight_distances(const host_context& ctx, const ffn_expert_stack_view<float>& stack,
-                                    vector_view<double> distances) {
+template <class W = float>
+void expert_weight_distances(const host_context& ctx, const ffn_expert_stack_view<W>& stack,
+                             vector_view<double> distances) {
   constexpr const char* fn = "expert_weight_distances";
   moecomp::detail::check_ffn_stack(fn, stack);
   const index_t E = stack.experts();

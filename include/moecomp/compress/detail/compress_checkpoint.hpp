@@ -57,20 +57,26 @@ inline std::string layer_prefix(const model::moe_layer_names& names) {
 /// by model::expert_map_name).
 template <class W>
 std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkpoint, const model::moe_layer_names& names,
-                                        const model::moe_layer_weights<W>& w, const compressed_layer& c,
-                                        bool distinct = false) {
-  const index_t I = w.d_ff, H = w.d_model, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
-  const bool own_stack = !c.w1.empty();
+                                        const model::moe_model& m, const model::moe_layer_weights<W>* original,
+                                        const compressed_layer& c, bool distinct = false) {
+  const index_t I = m.expert_size, H = m.hidden_size, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
+  const bool own_stack = c.own_stack();
   MOECOMP_EXPECTS(!distinct || own_stack, "compress: distinct expert storage needs the layer's own stack");
-  MOECOMP_EXPECTS((std::is_same_v<W, float> || !own_stack), "compress: a layer read as 16-bit weights must be pruned");
+  MOECOMP_EXPECTS(own_stack || original != nullptr, "compress: a pruned layer is written from its original stack");
   const index_t written_experts = distinct ? c.stack_experts : out_experts;  // expert tensors written
-  // Expert r's matrix: the layer's own (float) stack, or the original stack's slot (in W).
-  auto append = [&](const std::vector<float>& mine, const std::vector<W>& original, index_t r, owned_tensor& t) {
+  // Expert r's matrix (1: w1, 3: w3, 2: w2): the layer's own stack (float or bf16), or the original stack's slot.
+  auto append = [&](int which, index_t r, owned_tensor& t) {
     const std::int64_t k = distinct ? r : c.slots[static_cast<std::size_t>(r)];
-    if (own_stack)
-      io::append_encoded(mine.data() + k * matrix, static_cast<std::size_t>(matrix), t.dtype, t.bytes);
-    else
-      io::append_encoded(original.data() + k * matrix, static_cast<std::size_t>(matrix), t.dtype, t.bytes);
+    const auto count = static_cast<std::size_t>(matrix);
+    if (own_stack) {
+      if (!c.w1.empty())
+        io::append_encoded(own_stack_of<float>(c, which).data() + k * matrix, count, t.dtype, t.bytes);
+      else
+        io::append_encoded(own_stack_of<bfloat16>(c, which).data() + k * matrix, count, t.dtype, t.bytes);
+    } else {
+      const std::vector<W>& from = which == 1 ? original->w1 : which == 3 ? original->w3 : original->w2;
+      io::append_encoded(from.data() + k * matrix, count, t.dtype, t.bytes);
+    }
   };
   std::vector<owned_tensor> out;
   out.reserve(4 + 3 * static_cast<std::size_t>(out_experts));  // add() hands out references: no reallocation
@@ -104,22 +110,22 @@ std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkp
     owned_tensor& gu = add(names.gate_up, {written_experts, 2 * I, H});
     owned_tensor& down = add(names.fused_down, {written_experts, H, I});
     for (index_t r = 0; r < written_experts; ++r) {
-      append(c.w1, w.w1, r, gu);
-      append(c.w3, w.w3, r, gu);
-      append(c.w2, w.w2, r, down);
+      append(1, r, gu);
+      append(3, r, gu);
+      append(2, r, down);
     }
     return out;
   }
   for (index_t r = 0; r < written_experts; ++r) {
     const auto u = static_cast<std::size_t>(r);
     owned_tensor& g = add(names.gate[u], {I, H});
-    append(c.w1, w.w1, r, g);
+    append(1, r, g);
     if (!names.up.empty()) {
       owned_tensor& up = add(names.up[u], {I, H});
-      append(c.w3, w.w3, r, up);
+      append(3, r, up);
     }
     owned_tensor& d = add(names.down[u], {H, I});
-    append(c.w2, w.w2, r, d);
+    append(2, r, d);
   }
   return out;
 }
@@ -240,12 +246,15 @@ inline std::vector<std::vector<std::int64_t>> global_prune_allocation(const std:
   return kept;
 }
 
-/// Whether layer `names` is compressed bf16-resident: prune on a layer whose experts are stored as BF16 reads them
-/// as bfloat16 (no float copy of the stack) and computes its scores and error from them; the checkpoint written is
-/// the same bytes (docs/compress.md, "Memory").
+/// Whether layer `names` is compressed bf16-resident: prune, hc-smoe, cka-merge and m-smoe on a layer whose experts
+/// are stored as BF16 read them as bfloat16 (no float copy of the input stack) and compute from them (the expert
+/// forward widens one expert or panel at a time; merges compute in float and round once to bf16); the checkpoint
+/// written is the same bytes (docs/compress.md, "The pipeline").
 inline bool bf16_resident(const io::safetensors_checkpoint& checkpoint, const compress_params& params,
                           const model::moe_layer_names& names) {
-  return params.method == method::prune &&
+  const bool method_reads_bf16 = params.method == method::prune || params.method == method::hc_smoe ||
+                                 params.method == method::cka_merge || params.method == method::m_smoe;
+  return method_reads_bf16 &&
          checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype == io::safetensors_dtype::bf16;
 }
 
@@ -255,23 +264,23 @@ inline bool bf16_resident(const io::safetensors_checkpoint& checkpoint, const co
 template <class W>
 bool compress_loaded_layer(const host_context& ctx, const compress_params& params,
                            const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
-                           const model::moe_layer_names& names, index_t i, const model::moe_layer_weights<W>& w,
-                           const host_matrix<float>& x, io::safetensors_dtype expert_dtype, const step_timer& timed,
+                           const model::moe_layer_names& names, index_t i,
+                           std::optional<model::moe_layer_weights<W>>& loaded, const host_matrix<float>& x, io::safetensors_dtype expert_dtype, const step_timer& timed,
                            layer_report& report, const std::vector<std::vector<std::int64_t>>& global_kept,
                            const std::vector<std::vector<double>>& global_scores, const compress_observer& observer,
                            checkpoint_report& result, std::set<std::string>& written,
                            io::safetensors_sharded_writer& writer, io::safetensors_sharded_writer* dense_writer,
                            std::chrono::steady_clock::time_point t0) {
   const index_t E = m.num_experts;
+  const model::moe_layer_weights<W>& w = *loaded;
+  const bool gated = w.gated;
   compressed_layer c;
   if (params.global) {
     c = prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report,
                     &global_kept[static_cast<std::size_t>(i)], &global_scores[static_cast<std::size_t>(i)]);
-  } else if constexpr (std::is_same_v<W, float>) {
+  } else {
     c = compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report,
                             static_cast<std::uint64_t>(i));
-  } else {
-    c = prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report);
   }
   round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
                          names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
@@ -279,7 +288,20 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
                                                        : checkpoint.info(names.correction_bias).dtype);
   if (stopped(observer, result)) return true;
   double error = 0;
-  timed("error", [&] { error = layer_error(ctx, m, layer_view(w), c, x.const_view()); });
+  const bool drop_input = c.own_stack() && c.resmoe == nullptr;  // the input stack is not written
+  timed("error", [&] {
+    if (x.rows() == 0) {
+      error = std::numeric_limits<double>::quiet_NaN();
+      if (drop_input) loaded->drop_experts();
+      return;
+    }
+    // The original's output first; then a layer with its own stack frees the input's experts before its own
+    // forward, so that the two stacks and a forward's buffers are never held at once.
+    const host_matrix<float> y = layer_output(ctx, m, layer_view(w), nullptr, x.const_view());
+    if (drop_input) loaded->drop_experts();
+    error = relative_output_error(y, layer_output(ctx, m, drop_input ? shared_view(*loaded) : layer_view(*loaded), &c,
+                                                  x.const_view()));
+  });
   if (x.rows() > 0 && !std::isfinite(error)) {
     result.status = moecomp::status::numerical_error;
     result.failed_layer = report.layer;
@@ -293,11 +315,12 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   // expert; for resmoe also the router). With a dense writer, the restored experts go there too.
   // The id-map methods' expert storage (issue 34): distinct writes each merged expert once, with the id map.
   const bool distinct = keeps_router_rows(params) && params.expert_storage == expert_storage::distinct;
-  const std::vector<owned_tensor> tensors = layer_tensors(checkpoint, names, w, c, distinct);
+  const std::vector<owned_tensor> tensors =
+      layer_tensors(checkpoint, names, m, drop_input ? nullptr : &*loaded, c, distinct);
   const bool resmoe = c.resmoe != nullptr;
   std::vector<owned_tensor> resmoe_tensors;
   if constexpr (std::is_same_v<W, float>)
-    if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, w, *c.resmoe, expert_dtype);
+    if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, *loaded, *c.resmoe, expert_dtype);
   auto is_expert = [&](const std::string& n) {
     return std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
            std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||
@@ -327,7 +350,7 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   double distinct_after = layer_after;
   if (keeps_router_rows(params)) {
     const double expert_bytes = static_cast<double>(tensor_bytes(checkpoint, names.fused() ? names.fused_down : names.down[0])) *
-                                (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (w.gated ? 3.0 : 2.0);
+                                (names.fused() ? 1.0 / static_cast<double>(E) : 1.0) * (gated ? 3.0 : 2.0);
     // duplicated: the slots beyond the distinct experts; distinct: the id map (I64, E entries).
     distinct_after = distinct ? layer_after - 8.0 * static_cast<double>(E)
                               : layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
@@ -338,8 +361,8 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   for (const std::string& n : names.tensor_names()) checkpoint.release(n);
   report.steps_seconds.emplace_back(
       "writing", std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count());
-  const double parameters = static_cast<double>(E) * static_cast<double>(w.d_ff) * static_cast<double>(w.d_model) *
-                            (w.gated ? 3.0 : 2.0);
+  const double parameters = static_cast<double>(E) * static_cast<double>(m.expert_size) *
+                            static_cast<double>(m.hidden_size) * (gated ? 3.0 : 2.0);
   report.experts = static_cast<index_t>(c.slots.size());
   report.distinct_experts = params.method == method::prune || resmoe ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
   report.output_relative_error = error;
@@ -415,10 +438,10 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
     report.steps_seconds.emplace_back("loading", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
-    const bool stop = resident ? compress_loaded_layer(ctx, params, checkpoint, m, names, i, *narrow, x, expert_dtype, timed,
+    const bool stop = resident ? compress_loaded_layer(ctx, params, checkpoint, m, names, i, narrow, x, expert_dtype, timed,
                                                        report, global_kept, global_scores, observer, result, written,
                                                        writer, dense_writer, t0)
-                               : compress_loaded_layer(ctx, params, checkpoint, m, names, i, *wide, x, expert_dtype, timed,
+                               : compress_loaded_layer(ctx, params, checkpoint, m, names, i, wide, x, expert_dtype, timed,
                                                        report, global_kept, global_scores, observer, result, written,
                                                        writer, dense_writer, t0);
     if (stop) return result;

@@ -109,6 +109,16 @@ basic_moe_layer_weights_view<W> layer_view(const model::moe_layer_weights<W>& w)
   return v;
 }
 
+/// A loaded layer's shared expert and its gate alone (no experts, no router): what layer_output needs beside a
+/// compressed layer's own stack, valid after moe_layer_weights::drop_experts.
+template <class W>
+basic_moe_layer_weights_view<W> shared_view(const model::moe_layer_weights<W>& w) {
+  basic_moe_layer_weights_view<W> v;
+  if (w.has_shared_expert()) v.shared = w.shared_expert_view();
+  if (!w.shared_gate.empty()) v.shared_gate = make_vector_view(w.shared_gate.data(), w.d_model);
+  return v;
+}
+
 /// compress_layer's checks of a layer given as views: the model's shapes, no expert biases, finite values.
 inline void check_layer_view(const char* fn, const model::moe_model& m, const moe_layer_weights_view& w) {
   using moecomp::detail::shape_string;
@@ -158,35 +168,58 @@ inline void check_layer_view(const char* fn, const model::moe_model& m, const mo
   }
 }
 
+/// merge_experts into float outputs from a stack of W: float stacks merge straight into them; 16-bit stacks
+/// merge into W outputs (each merged weight computed in float and rounded once to W, which is what the checkpoint
+/// stores: compress_checkpoint rounds float outputs to the stored dtype next), widened into the float outputs.
+/// The compressed layer's own stack matrix (1: w1, 3: w3, 2: w2) in W: the float vectors, or the bfloat16 ones.
+template <class W>
+std::vector<W>& own_stack_of(compressed_layer& c, int which) {
+  if constexpr (std::is_same_v<W, float>)
+    return which == 1 ? c.w1 : which == 3 ? c.w3 : c.w2;
+  else
+    return which == 1 ? c.w1_bf16 : which == 3 ? c.w3_bf16 : c.w2_bf16;
+}
+template <class W>
+const std::vector<W>& own_stack_of(const compressed_layer& c, int which) {
+  return own_stack_of<W>(const_cast<compressed_layer&>(c), which);  // the same member, read only
+}
+
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
 /// router keeps its E rows (id map) or gets one row per group, whose biases are merged with the rows'
 /// coefficients.
-inline compressed_layer merge_layer(const host_context& ctx, const moe_layer_weights_view& w,
-                                    const std::vector<std::int64_t>& labels, const merge::merge_params& params,
+template <class W>
+compressed_layer merge_layer(const host_context& ctx, const basic_moe_layer_weights_view<W>& w,
+                             const std::vector<std::int64_t>& labels, const merge::merge_params& params,
                                     matrix_view<const float> x, const std::vector<std::int64_t>& dominants,
                                     layer_report& report) {
   const index_t E = w.experts.experts(), I = w.experts.d_ff(), H = w.experts.d_model();
   const index_t g = merge::group_count(make_vector_view(labels.data(), E));
   compressed_layer out;
   out.stack_experts = g;
-  out.w1.resize(static_cast<std::size_t>(g * I * H));
-  if (w.experts.gated()) out.w3.resize(out.w1.size());
-  out.w2.resize(out.w1.size());
+  // The merged stack in W: float, or (a layer read as bfloat16) bfloat16, each weight computed in float and
+  // rounded once, the value the float path writes after round_layer_to_storage.
+  static_assert(std::is_same_v<W, float> || std::is_same_v<W, bfloat16>, "merge_layer: float or bfloat16 layers");
+  std::vector<W>& w1_out = own_stack_of<W>(out, 1);
+  std::vector<W>& w3_out = own_stack_of<W>(out, 3);
+  std::vector<W>& w2_out = own_stack_of<W>(out, 2);
+  w1_out.resize(static_cast<std::size_t>(g * I * H));
+  if (w.experts.gated()) w3_out.resize(w1_out.size());
+  w2_out.resize(w1_out.size());
   host_matrix<float> merged_router(g, H);
   std::vector<std::int64_t> map(static_cast<std::size_t>(E));
   merge::merge_data<float> data;
   data.x = x;
   data.router = w.router;
   if (!dominants.empty()) data.dominants = make_vector_view(dominants.data(), g);
-  merge::merge_outputs<float> outputs;
-  outputs.experts.w1 = matrix_stack_view<float>(out.w1.data(), g, I, H);
-  if (w.experts.gated()) outputs.experts.w3 = matrix_stack_view<float>(out.w3.data(), g, I, H);
-  outputs.experts.w2 = matrix_stack_view<float>(out.w2.data(), g, H, I);
+  merge::merge_outputs<W> outputs;
+  outputs.experts.w1 = matrix_stack_view<W>(w1_out.data(), g, I, H);
+  if (w.experts.gated()) outputs.experts.w3 = matrix_stack_view<W>(w3_out.data(), g, I, H);
+  outputs.experts.w2 = matrix_stack_view<W>(w2_out.data(), g, H, I);
   const merge::router_rule rule = merge::resolve_router_rule(params, true);
   if (rule != merge::router_rule::id_map) outputs.router = merged_router.view();
   outputs.map = make_vector_view(map.data(), E);
   const merge::merge_report merged =
-      merge::merge_experts<float>(ctx, params, w.experts, make_vector_view(labels.data(), E), data, outputs);
+      merge::merge_experts<W>(ctx, params, w.experts, make_vector_view(labels.data(), E), data, outputs);
   report.groups = labels;
   for (const auto& gr : merged.groups) {
     report.dominants.push_back(gr.dominant);
@@ -670,8 +703,9 @@ compressed_layer prune_layer(const host_context& ctx, const compress_params& par
 
 /// HC-SMoE's grouping: the features, the linkage, fcluster to N groups (relabelled by first appearance), and
 /// each group's representative (the member nearest its group's mean feature) as its dominant.
-inline void hc_smoe_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                           const moe_layer_weights_view& w, matrix_view<const float> x, const step_timer& timed,
+template <class W>
+void hc_smoe_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                    const basic_moe_layer_weights_view<W>& w, matrix_view<const float> x, const step_timer& timed,
                            std::vector<std::int64_t>& labels, std::vector<std::int64_t>& dominants) {
   const index_t E = w.experts.experts(), H = w.experts.d_model(), N = params.experts;
   moe::ffn_params ffn;
@@ -681,7 +715,7 @@ inline void hc_smoe_groups(const host_context& ctx, const compress_params& param
   timed("features", [&] {
     if (params.features == expert_features::outputs) {
       features = host_matrix<float>(E, H);
-      moe::expert_mean_outputs<float>(ctx, ffn, w.experts, x, features.view());
+      moe::expert_mean_outputs<W>(ctx, ffn, w.experts, x, features.view());
     } else if (params.features == expert_features::router_logits) {  // each expert's logit column over the tokens
       host_matrix<float> logits(x.rows(), E);
       moe::router_logits<float>(ctx, x, w.router, vector_view<const float>(), logits.view());
@@ -751,8 +785,9 @@ inline host_matrix<float> similarity_tokens_of(const compress_params& params, ma
 }
 
 /// The fourth paper's grouping: the experts' dissimilarity matrix and its partition into N groups.
-inline void cka_merge_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
-                             const moe_layer_weights_view& w, matrix_view<const float> x,
+template <class W>
+void cka_merge_groups(const host_context& ctx, const compress_params& params, const model::moe_model& m,
+                      const basic_moe_layer_weights_view<W>& w, matrix_view<const float> x,
                              const step_timer& timed, std::vector<std::int64_t>& labels, layer_report& report) {
   const index_t E = w.experts.experts(), H = w.experts.d_model();
   moe::ffn_params ffn;
@@ -769,7 +804,7 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
       report.augmented_tokens = params.augment;
       const index_t T = xs.rows();
       host_matrix<float> outputs(E * T, H);
-      moe::ffn_stack_forward<float>(ctx, ffn, w.experts, xs, matrix_stack_view<float>(outputs.data(), E, T, H));
+      moe::ffn_stack_forward<W>(ctx, ffn, w.experts, xs, matrix_stack_view<float>(outputs.data(), E, T, H));
       host_matrix<double> cka(E, E);
       similarity::cka_params cp;
       similarity::cka_matrix<float>(ctx, cp, split_rows(outputs.const_view(), E), cka.view());
@@ -786,7 +821,7 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
       }
     } else {
       host_matrix<float> features(E, H * H);
-      moe::surrogate_weights<float>(ctx, w.experts, features.view());
+      moe::surrogate_weights<W>(ctx, w.experts, features.view());
       host_matrix<float> d(E, E);
       distance::pairwise_distance_params dp;
       distance::pairwise_distances(ctx, dp, features.const_view(), d.view());
@@ -810,7 +845,8 @@ inline void cka_merge_groups(const host_context& ctx, const compress_params& par
 /// the dominant d maximising cos(l_e, l_d), l_e = expert e's router-logit column over the T tokens (x router_e^T
 /// + the router bias, in double; a zero column has cosine 0 with everything), ties to the lowest dominant
 /// index. Groups numbered by first appearance; dominants[g] = group g's dominant.
-inline void m_smoe_groups(const host_context& ctx, const model::moe_model& m, const moe_layer_weights_view& w,
+template <class W>
+void m_smoe_groups(const host_context& ctx, const model::moe_model& m, const basic_moe_layer_weights_view<W>& w,
                           index_t N, matrix_view<const float> x, const step_timer& timed,
                           std::vector<std::int64_t>& labels, std::vector<std::int64_t>& dominants,
                           layer_report& report) {
@@ -883,12 +919,17 @@ inline void m_smoe_groups(const host_context& ctx, const model::moe_model& m, co
 }
 
 /// The layer's new form by params.method (resolved). x: the calibration tokens (0 rows without them).
-inline compressed_layer compress_layer_host(const host_context& ctx, const compress_params& params,
-                                            const model::moe_model& m, const moe_layer_weights_view& w,
+template <class W>
+compressed_layer compress_layer_host(const host_context& ctx, const compress_params& params,
+                                     const model::moe_model& m, const basic_moe_layer_weights_view<W>& w,
                                             matrix_view<const float> x, io::safetensors_dtype expert_dtype,
                                             const step_timer& timed, layer_report& report, std::uint64_t layer = 0) {
   if (params.method == method::prune) return prune_layer(ctx, params, m, w, x, layer, timed, report);
-  if (params.method == method::resmoe) return resmoe_layer(ctx, params, w, expert_dtype, timed, report);
+  if constexpr (std::is_same_v<W, float>) {
+    if (params.method == method::resmoe) return resmoe_layer(ctx, params, w, expert_dtype, timed, report);
+  } else {
+    MOECOMP_EXPECTS(params.method != method::resmoe, "compress: resmoe reads its layers as float");
+  }
   const index_t E = w.experts.experts();
   std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
   std::vector<std::int64_t> dominants;
@@ -933,60 +974,74 @@ inline void round_layer_to_storage(compressed_layer& c, io::safetensors_dtype ex
   io::round_to_storage(c.correction_bias.data(), c.correction_bias.size(), correction_bias_dtype);
 }
 
+/// The layer's output on x through moe_layer_forward with the model's routing: the original layer (c null) or the
+/// compressed one (its own stack, float or bfloat16, or the original's through the slots), with w's shared expert.
+/// Only the original needs w's experts; the compressed layer with its own stack reads w's router-free parts (the
+/// shared expert and its gate) alone.
+template <class W>
+host_matrix<float> layer_output(const host_context& ctx, const model::moe_model& m, const basic_moe_layer_weights_view<W>& w,
+                                const compressed_layer* c, matrix_view<const float> x) {
+  moe::moe_layer_params params;
+  params.routing = model::routing_of(m);
+  params.ffn.act = m.activation;
+  const index_t H = m.hidden_size, I = m.expert_size;
+  std::vector<float> shared_gate(static_cast<std::size_t>(w.shared_gate.size()));  // 1 x H, whatever its stride
+  for (index_t k = 0; k < w.shared_gate.size(); ++k) shared_gate[static_cast<std::size_t>(k)] = w.shared_gate[k];
+  auto one = [](matrix_view<const W> a) {
+    return matrix_stack_view<const W>(a.data(), 1, a.rows(), a.cols(), a.row_stride(), a.rows() * a.row_stride());
+  };
+  moe::moe_layer_view<W> v;
+  if (!w.shared.w1.empty()) {
+    v.shared.w1 = one(w.shared.w1);
+    if (!w.shared.w3.empty()) v.shared.w3 = one(w.shared.w3);
+    v.shared.w2 = one(w.shared.w2);
+    if (!shared_gate.empty()) v.shared_gate = matrix_view<const float>(shared_gate.data(), 1, H);
+  }
+  if (c == nullptr) {
+    v.router = w.router;
+    v.router_bias = w.correction_bias;
+    v.experts = w.experts;
+  } else {
+    const index_t out_experts = static_cast<index_t>(c->slots.size());
+    v.router = c->router.const_view();
+    if (!c->correction_bias.empty()) v.router_bias = make_vector_view(c->correction_bias.data(), out_experts);
+    v.expert_map = make_vector_view(c->slots.data(), out_experts);
+    if (c->own_stack()) {
+      const std::vector<W>& w1 = own_stack_of<W>(*c, 1);
+      MOECOMP_EXPECTS(!w1.empty(), "layer_error: the compressed stack must be in the layer's weight type");
+      const index_t S = c->stack_experts;
+      v.experts.w1 = matrix_stack_view<const W>(w1.data(), S, I, H);
+      if (m.gated) v.experts.w3 = matrix_stack_view<const W>(own_stack_of<W>(*c, 3).data(), S, I, H);
+      v.experts.w2 = matrix_stack_view<const W>(own_stack_of<W>(*c, 2).data(), S, H, I);
+    } else {
+      v.experts = w.experts;
+    }
+  }
+  host_matrix<float> y(x.rows(), x.cols());
+  moe::moe_layer_forward<W>(ctx, params, v, x, y.view());
+  return y;
+}
+
+/// || y - y' ||_F / || y ||_F over the tokens, in double.
+inline double relative_output_error(const host_matrix<float>& y, const host_matrix<float>& z) {
+  double diff = 0, ref = 0;
+  for (index_t t = 0; t < y.rows(); ++t)
+    for (index_t k = 0; k < y.cols(); ++k) {
+      const double a = y(t, k), b = z(t, k);
+      diff += (a - b) * (a - b);
+      ref += a * a;
+    }
+  return std::sqrt(diff) / std::sqrt(ref);
+}
+
 /// || y - y' ||_F / || y ||_F of the layer's output on x (0 rows: NaN), through moe_layer_forward with the model's
 /// routing.
 template <class W>
 double layer_error(const host_context& ctx, const model::moe_model& m, const basic_moe_layer_weights_view<W>& w,
                    const compressed_layer& c, matrix_view<const float> x) {
   if (x.rows() == 0) return std::numeric_limits<double>::quiet_NaN();
-  moe::moe_layer_params params;
-  params.routing = model::routing_of(m);
-  params.ffn.act = m.activation;
-  const index_t H = w.experts.d_model();
-  std::vector<float> shared_gate(static_cast<std::size_t>(w.shared_gate.size()));  // 1 x H, whatever its stride
-  for (index_t k = 0; k < w.shared_gate.size(); ++k) shared_gate[static_cast<std::size_t>(k)] = w.shared_gate[k];
-  auto one = [](matrix_view<const W> a) {
-    return matrix_stack_view<const W>(a.data(), 1, a.rows(), a.cols(), a.row_stride(), a.rows() * a.row_stride());
-  };
-  auto base = [&](moe::moe_layer_view<W>& v) {
-    if (!w.shared.w1.empty()) {
-      v.shared.w1 = one(w.shared.w1);
-      if (!w.shared.w3.empty()) v.shared.w3 = one(w.shared.w3);
-      v.shared.w2 = one(w.shared.w2);
-      if (!shared_gate.empty()) v.shared_gate = matrix_view<const float>(shared_gate.data(), 1, H);
-    }
-  };
-  moe::moe_layer_view<W> original;
-  original.router = w.router;
-  original.router_bias = w.correction_bias;
-  original.experts = w.experts;
-  base(original);
-  host_matrix<float> y(x.rows(), x.cols()), z(x.rows(), x.cols());
-  moe::moe_layer_forward<W>(ctx, params, original, x, y.view());
-
-  const index_t out_experts = static_cast<index_t>(c.slots.size());
-  moe::moe_layer_view<W> compressed;
-  compressed.router = c.router.const_view();
-  if (!c.correction_bias.empty()) compressed.router_bias = make_vector_view(c.correction_bias.data(), out_experts);
-  const bool own_stack = !c.w1.empty();
-  if constexpr (std::is_same_v<W, float>) {
-    compressed.experts = own_stack ? stack_view(c.w1, c.w3, c.w2, c.stack_experts, w.experts.d_ff(), H, w.experts.gated())
-                                   : w.experts;
-  } else {
-    MOECOMP_EXPECTS(!own_stack, "layer_error: a layer read as 16-bit weights must be pruned (its own stack is float)");
-    compressed.experts = w.experts;
-  }
-  compressed.expert_map = make_vector_view(c.slots.data(), out_experts);
-  base(compressed);
-  moe::moe_layer_forward<W>(ctx, params, compressed, x, z.view());
-  double diff = 0, ref = 0;
-  for (index_t t = 0; t < x.rows(); ++t)
-    for (index_t k = 0; k < x.cols(); ++k) {
-      const double a = y(t, k), b = z(t, k);
-      diff += (a - b) * (a - b);
-      ref += a * a;
-    }
-  return std::sqrt(diff) / std::sqrt(ref);
+  const host_matrix<float> y = layer_output(ctx, m, w, nullptr, x);
+  return relative_output_error(y, layer_output(ctx, m, w, &c, x));
 }
 
 }  // namespace detail

@@ -108,11 +108,12 @@ void router_logits_host(const host_context& ctx, matrix_view<const A> x, matrix_
 }
 
 /// expert_weight_distances after its checks.
-inline void expert_weight_distances_host(const host_context& ctx, const ffn_expert_stack_view<float>& stack,
-                                         vector_view<double> distances) {
+template <class W>
+void expert_weight_distances_host(const host_context& ctx, const ffn_expert_stack_view<W>& stack,
+                                  vector_view<double> distances) {
   const index_t E = stack.experts(), pairs = E * (E - 1) / 2;
   struct piece {
-    const float* data;
+    const W* data;
     index_t size;  // entries per expert
   };
   std::vector<piece> pieces;  // vectorized_weights' order: W1, W2, W3
@@ -132,11 +133,11 @@ inline void expert_weight_distances_host(const host_context& ctx, const ffn_expe
     index_t pair = 0;
     for (index_t a = 0; a < E; ++a)
       for (index_t b = a + 1; b < E; ++b, ++pair) {
-        const float* x = p.data + a * p.size;
-        const float* y = p.data + b * p.size;
+        const W* x = p.data + a * p.size;
+        const W* y = p.data + b * p.size;
         double sum = 0;
         for (index_t j = begin; j < end; ++j) {
-          const double diff = static_cast<double>(x[j]) - static_cast<double>(y[j]);
+          const double diff = convert_to<double>(x[j]) - convert_to<double>(y[j]);
           sum += diff * diff;
         }
         out[pair] = sum;
