@@ -274,6 +274,10 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   const index_t E = m.num_experts;
   const model::moe_layer_weights<W>& w = *loaded;
   const bool gated = w.gated;
+  // The original layer's output on the calibration tokens, before the method runs: its forward's buffers (each
+  // thread's widened expert) are then never held beside the method's new stack.
+  host_matrix<float> y;
+  if (x.rows() > 0) timed("reference", [&] { y = layer_output(ctx, m, layer_view(w), nullptr, x.const_view()); });
   compressed_layer c;
   if (params.global) {
     c = prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report,
@@ -295,9 +299,8 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
       if (drop_input) loaded->drop_experts();
       return;
     }
-    // The original's output first; then a layer with its own stack frees the input's experts before its own
-    // forward, so that the two stacks and a forward's buffers are never held at once.
-    const host_matrix<float> y = layer_output(ctx, m, layer_view(w), nullptr, x.const_view());
+    // A layer with its own stack frees the input's experts before its own forward, so that the two stacks and a
+    // forward's buffers are never held at once.
     if (drop_input) loaded->drop_experts();
     error = relative_output_error(y, layer_output(ctx, m, drop_input ? shared_view(*loaded) : layer_view(*loaded), &c,
                                                   x.const_view()));
