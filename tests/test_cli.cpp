@@ -151,6 +151,7 @@ TEST_CASE("bad input exits 2 with one line naming the argument and leaves no out
   check_usage_error(run("pdist " + good + " " + good), {"got 2"});
   check_usage_error(run("pdist " + good + " --threads many"), {"--threads", "'many'"});
   check_usage_error(run("pdist " + good + " --dtype float16"), {"--dtype", "'float16'"});
+  check_usage_error(run("pdist " + good + " --matmul fp16"), {"--matmul", "expected exact or bf16", "'fp16'"});
   check_usage_error(run("nosuchcommand"), {"unknown command", "nosuchcommand"});
   CHECK_FALSE(exists(out));
   CHECK_FALSE(exists(path("no/such/dir/d.npy")));

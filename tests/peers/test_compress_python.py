@@ -38,7 +38,8 @@ For each method and option set:
 * Without calibration tokens hc-smoe runs from weights and reports no error.
 * An interrupted run (SIGINT while layer 2 runs: ended by the signal) and a run failing at layer 4 (calibration without
   layers.3.moe_input) leave no OUT_DIR and no temporary directory.
-* Bad input: exit 2, one "moecomp: error:" line naming the problem, no OUT_DIR.
+* prune --criterion reap --matmul bf16: the scores move within 1e-2 of the exact ones, not zero, the same kept experts.
+* Bad input: exit 2, one "moecomp: error:" line naming the problem, no OUT_DIR (--matmul fp16 among them).
 
 Usage: test_compress_python.py PATH/TO/moecomp"""
 import json
@@ -372,6 +373,19 @@ def main():
                 router = decode(written[f"{PREFIX.format(i)}gate.weight"])
                 bad += int(not np.array_equal(router, decode(c.original[f"{PREFIX.format(i)}gate.weight"])[layer["kept"]]))
             c.check(f"{label}: kept experts, scores, bytes and router rows", bad == 0, f"{bad} differences")
+            if criterion == "reap":
+                # --matmul bf16: the calibration forwards (REAP's expert outputs, the layer error) run as bfloat16 dot
+                # products on tokens rounded to bfloat16 (docs/core.md, "Matmul precision"): the scores move, by the
+                # tokens' rounding, within 1e-2 of the exact ones; on this model the kept experts are the same.
+                exact = report
+                fast = c.compress(f"{label} --matmul bf16", out, "--method", "prune", "--criterion", criterion,
+                                  "--experts", "3", "--matmul", "bf16")
+                if fast:
+                    pairs = [(np.array(a["scores"]), np.array(b["scores"])) for a, b in zip(exact["layers"], fast["layers"])]
+                    moved = max(float(np.max(np.abs(a - b) / np.abs(a))) for a, b in pairs)
+                    c.check(f"{label} --matmul bf16: scores within 1e-2 of exact's and not equal, the same kept experts",
+                            0 < moved <= 1e-2 and [l["kept"] for l in exact["layers"]] == [l["kept"] for l in fast["layers"]],
+                            f"largest relative change {moved:.2e}")
 
         # resmoe: the base, the permutations and the residual files in the checkpoint; the restored experts in
         # dense/ are the library's restore (`moecomp residual-decode`) of those, rounded to bf16.
@@ -597,6 +611,8 @@ def main():
             f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
         c.expect_directory_error("calibration without the last layer", ["compress", "--method", "hc-smoe",
                                  "--calibration", partial, "--quiet"], "layers.3.moe_input")
+        c.expect_directory_error("--matmul fp16", ["compress", "--method", "prune", "--matmul", "fp16", "--quiet"],
+                                 "--matmul", "expected exact or bf16", "'fp16'")
 
         # Bad input.
         c.expect_directory_error("a missing model directory", ["compress", c.path("nowhere"), "--method", "prune"],

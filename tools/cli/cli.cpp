@@ -43,6 +43,7 @@ const std::vector<option_spec>& common_options() {
       {"--json", false, "print a one-line JSON summary on stdout"},
       {"--dtype", true, "float32|float64: computation precision (default: the input's)"},
       {"--threads", true, "threads for moecomp's parallel loops (default 0: all)"},
+      {"--matmul", true, "exact|bf16: products with bfloat16 weights (default exact; bf16: bfloat16 dot products)"},
   };
   return options;
 }
@@ -360,6 +361,10 @@ moecomp::host_context make_context(const arguments& args) {
   const int cpus = usable_cpus();
   threads_used = threads == 0 || threads > cpus ? cpus : static_cast<int>(threads);
   moecomp::host_context ctx(threads_used);
+  const std::string matmul = args.value("--matmul").value_or("exact");
+  if (matmul != "exact" && matmul != "bf16")
+    throw usage_error("option --matmul: expected exact or bf16, got '" + matmul + "'");
+  ctx.matmul = moecomp::parse_matmul_precision(matmul);
 #if defined(_OPENMP)
   // Start OpenMP's threads now, so that the commands' "seconds" time the library call and not the
   // process's one-time thread creation (an engine pays it once; torch's pool is warm in the peer scripts).

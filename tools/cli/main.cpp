@@ -36,6 +36,7 @@ void print_command_help(const command_spec& spec) {
   line({"--json", false, "one-line JSON summary on stdout, with \"seconds\" of the algorithm alone"});
   line({"--dtype", true, "float32|float64 computation precision (default: the input's)"});
   line({"--threads", true, "threads for moecomp's parallel loops (default 0: all)"});
+  line({"--matmul", true, "exact|bf16: products with bfloat16 weights (default exact; docs/core.md)"});
 }
 
 std::string one_line(std::string s) {

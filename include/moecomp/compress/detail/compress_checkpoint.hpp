@@ -258,14 +258,16 @@ inline bool bf16_resident(const io::safetensors_checkpoint& checkpoint, const co
          checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype == io::safetensors_dtype::bf16;
 }
 
-/// The rest of one layer once it is loaded as W (float; bfloat16 for prune, bf16_resident): the method, the
-/// rounding to storage, the error, the written shard and the report's figures. True when the run must end
-/// (stopped, or a non-finite error): `result` says why.
+/// The rest of one layer once it is loaded as W (bfloat16 where bf16_resident, else float): the reference output,
+/// the method, the rounding to storage, the error, the written shard and the report's figures. `loaded`'s experts
+/// are dropped once a method with its own stack no longer needs them. True when the run must end (stopped, or a
+/// non-finite error): `result` says why.
 template <class W>
 bool compress_loaded_layer(const host_context& ctx, const compress_params& params,
                            const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
                            const model::moe_layer_names& names, index_t i,
-                           std::optional<model::moe_layer_weights<W>>& loaded, const host_matrix<float>& x, io::safetensors_dtype expert_dtype, const step_timer& timed,
+                           std::optional<model::moe_layer_weights<W>>& loaded, const host_matrix<float>& x,
+                           io::safetensors_dtype expert_dtype, const step_timer& timed,
                            layer_report& report, const std::vector<std::vector<std::int64_t>>& global_kept,
                            const std::vector<std::vector<double>>& global_scores, const compress_observer& observer,
                            checkpoint_report& result, std::set<std::string>& written,
@@ -294,14 +296,13 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   double error = 0;
   const bool drop_input = c.own_stack() && c.resmoe == nullptr;  // the input stack is not written
   timed("error", [&] {
-    if (x.rows() == 0) {
-      error = std::numeric_limits<double>::quiet_NaN();
-      if (drop_input) loaded->drop_experts();
-      return;
-    }
     // A layer with its own stack frees the input's experts before its own forward, so that the two stacks and a
     // forward's buffers are never held at once.
     if (drop_input) loaded->drop_experts();
+    if (x.rows() == 0) {
+      error = std::numeric_limits<double>::quiet_NaN();
+      return;
+    }
     error = relative_output_error(y, layer_output(ctx, m, drop_input ? shared_view(*loaded) : layer_view(*loaded), &c,
                                                   x.const_view()));
   });

@@ -168,9 +168,6 @@ inline void check_layer_view(const char* fn, const model::moe_model& m, const mo
   }
 }
 
-/// merge_experts into float outputs from a stack of W: float stacks merge straight into them; 16-bit stacks
-/// merge into W outputs (each merged weight computed in float and rounded once to W, which is what the checkpoint
-/// stores: compress_checkpoint rounds float outputs to the stored dtype next), widened into the float outputs.
 /// The compressed layer's own stack matrix (1: w1, 3: w3, 2: w2) in W: the float vectors, or the bfloat16 ones.
 template <class W>
 std::vector<W>& own_stack_of(compressed_layer& c, int which) {
@@ -181,7 +178,10 @@ std::vector<W>& own_stack_of(compressed_layer& c, int which) {
 }
 template <class W>
 const std::vector<W>& own_stack_of(const compressed_layer& c, int which) {
-  return own_stack_of<W>(const_cast<compressed_layer&>(c), which);  // the same member, read only
+  if constexpr (std::is_same_v<W, float>)
+    return which == 1 ? c.w1 : which == 3 ? c.w3 : c.w2;
+  else
+    return which == 1 ? c.w1_bf16 : which == 3 ? c.w3_bf16 : c.w2_bf16;
 }
 
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
