@@ -264,6 +264,7 @@ TEST_CASE("compress_checkpoint: every layer written shard by shard, identically 
     const auto report = compress::report_json(r, "planted", "c.safetensors", 0.0, 0.0);
     CHECK(report["layers"][0]["kept"] == nlohmann::ordered_json({0, 2, 5}));
     CHECK(report["options"]["criterion"] == "frequency");
+    CHECK(report["options"]["matmul"] == "exact");
   }
   CHECK(shards[1] == shards[2]);
 }

@@ -383,8 +383,10 @@ def main():
                 if fast:
                     pairs = [(np.array(a["scores"]), np.array(b["scores"])) for a, b in zip(exact["layers"], fast["layers"])]
                     moved = max(float(np.max(np.abs(a - b) / np.abs(a))) for a, b in pairs)
-                    c.check(f"{label} --matmul bf16: scores within 1e-2 of exact's and not equal, the same kept experts",
-                            0 < moved <= 1e-2 and [l["kept"] for l in exact["layers"]] == [l["kept"] for l in fast["layers"]],
+                    c.check(f"{label} --matmul bf16: scores within 1e-2 of exact's and not equal, the same kept experts, "
+                            "the report's options.matmul",
+                            0 < moved <= 1e-2 and [l["kept"] for l in exact["layers"]] == [l["kept"] for l in fast["layers"]]
+                            and exact["options"]["matmul"] == "exact" and fast["options"]["matmul"] == "bf16",
                             f"largest relative change {moved:.2e}")
 
         # resmoe: the base, the permutations and the residual files in the checkpoint; the restored experts in

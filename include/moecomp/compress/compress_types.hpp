@@ -463,6 +463,8 @@ struct checkpoint_report : convergence_info {
   /// expert_storage as written ("distinct" or "duplicated"; empty for the other methods).
   double bytes_written = 0;
   std::string expert_storage;
+  /// The context's matmul precision the run computed with (host_context::matmul; docs/core.md).
+  matmul_precision matmul = matmul_precision::exact;
   std::string failed_layer;
   /// The output's config.json text (the input's, with the new expert count where the method drops router rows
   /// and moecomp's record), and with restore_dense the dense checkpoint's.

@@ -397,6 +397,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
   const index_t E = m.num_experts, L = static_cast<index_t>(m.layers.size());
   checkpoint_report result;
   result.params = params;
+  result.matmul = ctx.matmul;
   result.family = m.family;
   result.experts_before = E;
   result.experts_after = params.experts;

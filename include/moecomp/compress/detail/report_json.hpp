@@ -171,6 +171,7 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
     options["criterion"] = to_string(p.criterion);
   }
   options["seed"] = p.seed;
+  options["matmul"] = to_string(r.matmul);  // products with bf16 weights: exact, or bf16 dot products (--matmul)
   options["calibration"] = calibration.empty() ? json(nullptr) : json(calibration);
   report["options"] = options;
   if (!r.expert_storage.empty()) report["expert_storage"] = r.expert_storage;  // the form written (issue 34)
