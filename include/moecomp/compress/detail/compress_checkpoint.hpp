@@ -412,13 +412,14 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
       const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
       if (observer.step) observer.step(i, L, layer_prefix(names), "scores");
       const host_matrix<float> x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
-      if (bf16_resident(checkpoint, params, names)) {
-        const auto w = model::load_moe_layer<bfloat16>(checkpoint, m, i, true);
-        global_scores.push_back(prune_scores(ctx, params, m, layer_view(w), x.const_view()));
-      } else {
-        const auto w = model::load_moe_layer<float>(checkpoint, m, i);
-        global_scores.push_back(prune_scores(ctx, params, m, layer_view(w), x.const_view()));
-      }
+      const bool resident = bf16_resident(checkpoint, params, names);
+      auto scores_as = [&](auto type) {  // the layer read as bfloat16 (resident) or float
+        using W = typename decltype(type)::type;
+        const auto w = model::load_moe_layer<W>(checkpoint, m, i, resident);
+        return prune_scores(ctx, params, m, layer_view(w), x.const_view());
+      };
+      global_scores.push_back(resident ? scores_as(moecomp::detail::type_identity<bfloat16>{})
+                                       : scores_as(moecomp::detail::type_identity<float>{}));
       for (const std::string& n : names.tensor_names()) checkpoint.release(n);
     }
     global_kept = global_prune_allocation(global_scores, params.experts, m.top_k);
@@ -433,22 +434,20 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     timed.announce("loading");
     // The layer's weights: bfloat16 as stored for prune on a bfloat16 checkpoint (no float copy), else float.
     const bool resident = bf16_resident(checkpoint, params, names);
-    std::optional<model::moe_layer_weights<float>> wide;
-    std::optional<model::moe_layer_weights<bfloat16>> narrow;
-    if (resident)
-      narrow.emplace(model::load_moe_layer<bfloat16>(checkpoint, m, i, true));
-    else
-      wide.emplace(model::load_moe_layer<float>(checkpoint, m, i));
-    host_matrix<float> x(0, m.hidden_size);
-    if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
-    report.steps_seconds.emplace_back("loading", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
-    const bool stop = resident ? compress_loaded_layer(ctx, params, checkpoint, m, names, i, narrow, x, expert_dtype, timed,
-                                                       report, global_kept, global_scores, observer, result, written,
-                                                       writer, dense_writer, t0)
-                               : compress_loaded_layer(ctx, params, checkpoint, m, names, i, wide, x, expert_dtype, timed,
-                                                       report, global_kept, global_scores, observer, result, written,
-                                                       writer, dense_writer, t0);
+    // The layer's weights: bfloat16 as stored for the bf16-resident methods (no float copy), else float.
+    auto compress_as = [&](auto type) {
+      using W = typename decltype(type)::type;
+      std::optional<model::moe_layer_weights<W>> loaded(model::load_moe_layer<W>(checkpoint, m, i, resident));
+      host_matrix<float> x(0, m.hidden_size);
+      if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
+      report.steps_seconds.emplace_back("loading",
+                                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      return compress_loaded_layer(ctx, params, checkpoint, m, names, i, loaded, x, expert_dtype, timed, report,
+                                   global_kept, global_scores, observer, result, written, writer, dense_writer, t0);
+    };
+    const bool stop = resident ? compress_as(moecomp::detail::type_identity<bfloat16>{})
+                               : compress_as(moecomp::detail::type_identity<float>{});
     if (stop) return result;
     if (!report.id_map.empty()) id_maps[report.layer] = report.id_map;
     result.layers.push_back(std::move(report));

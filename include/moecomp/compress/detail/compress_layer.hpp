@@ -170,18 +170,15 @@ inline void check_layer_view(const char* fn, const model::moe_model& m, const mo
 
 /// The compressed layer's own stack matrix (1: w1, 3: w3, 2: w2) in W: the float vectors, or the bfloat16 ones.
 template <class W>
-std::vector<W>& own_stack_of(compressed_layer& c, int which) {
+const std::vector<W>& own_stack_of(const compressed_layer& c, int which) {
   if constexpr (std::is_same_v<W, float>)
     return which == 1 ? c.w1 : which == 3 ? c.w3 : c.w2;
   else
     return which == 1 ? c.w1_bf16 : which == 3 ? c.w3_bf16 : c.w2_bf16;
 }
 template <class W>
-const std::vector<W>& own_stack_of(const compressed_layer& c, int which) {
-  if constexpr (std::is_same_v<W, float>)
-    return which == 1 ? c.w1 : which == 3 ? c.w3 : c.w2;
-  else
-    return which == 1 ? c.w1_bf16 : which == 3 ? c.w3_bf16 : c.w2_bf16;
+std::vector<W>& own_stack_of(compressed_layer& c, int which) {
+  return const_cast<std::vector<W>&>(own_stack_of<W>(static_cast<const compressed_layer&>(c), which));
 }
 
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
@@ -1008,7 +1005,7 @@ host_matrix<float> layer_output(const host_context& ctx, const model::moe_model&
     v.expert_map = make_vector_view(c->slots.data(), out_experts);
     if (c->own_stack()) {
       const std::vector<W>& w1 = own_stack_of<W>(*c, 1);
-      MOECOMP_EXPECTS(!w1.empty(), "layer_error: the compressed stack must be in the layer's weight type");
+      MOECOMP_EXPECTS(!w1.empty(), "layer_output: the compressed stack must be in the layer's weight type");
       const index_t S = c->stack_experts;
       v.experts.w1 = matrix_stack_view<const W>(w1.data(), S, I, H);
       if (m.gated) v.experts.w3 = matrix_stack_view<const W>(own_stack_of<W>(*c, 3).data(), S, I, H);

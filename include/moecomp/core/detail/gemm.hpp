@@ -126,14 +126,7 @@ inline void gemm_abt_bf16(const host_context& ctx, float alpha, const bfloat16* 
                           index_t ldb, index_t r, index_t c, index_t d, float* out, index_t ldo) {
   if (r == 0 || c == 0) return;
 #if defined(MOECOMP_USE_ONEDNN)
-  if (d > 0) {
-#if defined(_OPENMP)
-    if (!omp_in_parallel() && omp_get_max_threads() > 1) {
-#pragma omp parallel num_threads(1)
-      { moecomp::detail::onednn_gemm_abt<bfloat16>(alpha, a, lda, b, ldb, r, c, d, out, ldo); }
-      return;
-    }
-#endif
+  if (d > 0) {  // one thread: onednn_gemm_abt sets oneDNN's thread count to 1 around the call
     moecomp::detail::onednn_gemm_abt<bfloat16>(alpha, a, lda, b, ldb, r, c, d, out, ldo);
     return;
   }
