@@ -406,6 +406,12 @@ TEST_CASE("dlpack: a 3-D tensor is a stack of matrices (torch.stack of expert we
   const auto back = moecomp::as_matrix_stack_view<const float>(described);
   CHECK(back.data() == every_other.data());
   CHECK(back(1, 1, 1) == every_other(1, 1, 1));
+  // A gathered stack has no one matrix stride to describe.
+  const float* matrices[] = {every_other.matrix_ptr(1), every_other.matrix_ptr(0)};
+  const moecomp::matrix_stack_view<const float> gathered(matrices, 2, 3, 4, 5);
+  CHECK(thrown_message([&] { (void)moecomp::to_dltensor(gathered, out_shape, out_strides); }) ==
+        "to_dltensor: view must be a strided stack, got a gathered stack of 2 matrices (a DLTensor has one stride per "
+        "dimension)");
 }
 
 TEST_CASE("dlpack: bfloat16 and device stacks") {

@@ -3,6 +3,7 @@
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/checks.hpp>
 
 #include <doctest/doctest.h>
 
@@ -525,6 +526,48 @@ TEST_CASE("matrix_stack_view construction rejects bad shapes with messages that 
   CHECK_INVALID(one.matrix(1), "matrix_stack_view::matrix: index 1 is outside [0, 1)");
   CHECK_INVALID(one.subrange(1, 1), "matrix_stack_view::subrange: 1 matrices from 1 do not fit in a stack of 1");
   CHECK_INVALID(one.subrange(0, index_max), "do not fit in a stack of 1");
+}
+
+TEST_CASE("gathered stacks: matrix e at table[e], anywhere in memory, repeats allowed (experts read in place)") {
+  // Three 2 x 3 matrices with rows padded to 4, scattered in one buffer out of order; matrix 3 repeats matrix 0.
+  std::vector<int> storage(40);
+  std::iota(storage.begin(), storage.end(), 0);
+  int* table[] = {storage.data() + 30, storage.data() + 2, storage.data() + 17, storage.data() + 30};
+  const matrix_stack_view<int> experts(table, 4, 2, 3, 4);
+  CHECK(experts.is_gathered());
+  CHECK(experts.count() == 4);
+  CHECK(experts.matrix_stride() == 0);
+  CHECK_FALSE(experts.is_contiguous());
+  CHECK_FALSE(experts.matrices_contiguous());  // rows padded
+  CHECK(experts.matrix_ptr(2) == storage.data() + 17);
+  CHECK(experts.row_ptr(1, 1) == storage.data() + 6);
+  CHECK(experts(2, 1, 2) == 17 + 4 + 2);
+  CHECK(experts[0](1, 1) == experts[3](1, 1));
+  CHECK(experts.matrix(1).row_stride() == 4);
+  // Subranges keep the table; the const view shares it.
+  const matrix_stack_view<int> middle = experts.subrange(1, 2);
+  CHECK(middle.is_gathered());
+  CHECK(middle(1, 0, 0) == 17);
+  const matrix_stack_view<const int> read_only = experts;
+  CHECK(read_only.is_gathered());
+  CHECK(read_only(0, 1, 2) == 36);
+  // No one-matrix view, and contiguous matrices are seen as such.
+  CHECK_INVALID(experts.as_matrix(), "matrix_stack_view::as_matrix: a gathered stack of 4 matrices is not one matrix");
+  const matrix_stack_view<int> dense(table, 2, 2, 4, 4);
+  CHECK(dense.matrices_contiguous());
+  // Overlap checks see the span from the lowest matrix to the end of the highest.
+  const auto span = moecomp::detail::address_range_of(experts);
+  CHECK(span.first == reinterpret_cast<std::uintptr_t>(storage.data() + 2));
+  CHECK(span.last == reinterpret_cast<std::uintptr_t>(storage.data() + 30 + 4 + 3));
+  CHECK(moecomp::detail::views_overlap(experts, moecomp::make_vector_view(storage.data() + 36, 1)));
+  CHECK_FALSE(moecomp::detail::views_overlap(experts, moecomp::make_vector_view(storage.data() + 37, 3)));
+  // Bad tables are refused by name.
+  CHECK(thrown_message([&] { matrix_stack_view<int>(static_cast<int* const*>(nullptr), 2, 2, 3, 3); }) ==
+        "matrix_stack_view: matrices is null but count is 2");
+  int* holes[] = {storage.data(), nullptr};
+  CHECK(thrown_message([&] { matrix_stack_view<int>(holes, 2, 2, 3, 3); }) == "matrix_stack_view: matrices[1] is null");
+  CHECK(thrown_message([&] { matrix_stack_view<int>(holes, 1, 2, 3, 2); }) ==
+        "matrix_stack_view: row_stride must be >= cols (3), got 2");
 }
 
 TEST_CASE("device stacks: addresses only, never dereferenced on the host") {

@@ -208,10 +208,32 @@ class matrix_stack_view {
   matrix_stack_view(T* data, index_t count, index_t rows, index_t cols)
       : matrix_stack_view(data, count, rows, cols, cols, checked_product(rows, cols)) {}
 
+  /// Gathered stack (host memory only): matrix e at `matrices[e]`, each `rows` x `cols` with rows `row_stride`
+  /// elements apart. The matrices may lie anywhere and may repeat: experts read in place from a checkpoint's
+  /// mapping, whose tensors are not evenly spaced (model::map_moe_layer). `matrices` (count pointers) must outlive
+  /// the view and its copies. A gathered stack has no matrix stride (matrix_stride() is 0, data() is matrix 0):
+  /// address matrix e through matrix(e), matrix_ptr(e), row_ptr or operator(), never data() + e * stride.
+  template <class S = Space, std::enable_if_t<std::is_same_v<S, host_memory>, int> = 0>
+  matrix_stack_view(T* const* matrices, index_t count, index_t rows, index_t cols, index_t row_stride)
+      : data_(count > 0 && matrices != nullptr ? matrices[0] : nullptr),
+        table_(matrices),
+        count_(count),
+        rows_(rows),
+        cols_(cols),
+        row_stride_(row_stride) {
+    MOECOMP_EXPECTS(count >= 0 && rows >= 0 && cols >= 0, "matrix_stack_view: shape must be non-negative, got ",
+                    count, " x ", detail::shape_string(rows, cols));
+    MOECOMP_EXPECTS(row_stride >= cols, "matrix_stack_view: row_stride must be >= cols (", cols, "), got ", row_stride);
+    MOECOMP_EXPECTS(count == 0 || matrices != nullptr, "matrix_stack_view: matrices is null but count is ", count);
+    for (index_t e = 0; e < count && rows > 0 && cols > 0; ++e)
+      MOECOMP_EXPECTS(matrices[e] != nullptr, "matrix_stack_view: matrices[", e, "] is null");
+  }
+
   /// Mutable -> const view of the same memory space (never across spaces).
   template <class U, std::enable_if_t<detail::is_const_conversion_v<U, T>, int> = 0>
   constexpr matrix_stack_view(const matrix_stack_view<U, Space>& other) noexcept  // NOLINT(implicit)
       : data_(other.data()),
+        table_(other.matrix_table()),
         count_(other.count()),
         rows_(other.rows()),
         cols_(other.cols()),
@@ -224,24 +246,30 @@ class matrix_stack_view {
   MOECOMP_HOST_DEVICE constexpr index_t cols() const noexcept { return cols_; }
   MOECOMP_HOST_DEVICE constexpr index_t row_stride() const noexcept { return row_stride_; }
   MOECOMP_HOST_DEVICE constexpr index_t matrix_stride() const noexcept { return matrix_stride_; }
+  /// Whether the stack is gathered (a table of matrix addresses, host memory only); its table, or null.
+  MOECOMP_HOST_DEVICE constexpr bool is_gathered() const noexcept { return table_ != nullptr; }
+  MOECOMP_HOST_DEVICE constexpr T* const* matrix_table() const noexcept { return table_; }
   /// count * rows * cols.
   MOECOMP_HOST_DEVICE constexpr index_t size() const noexcept { return count_ * rows_ * cols_; }
   MOECOMP_HOST_DEVICE constexpr bool empty() const noexcept { return count_ == 0 || rows_ == 0 || cols_ == 0; }
   /// The matrices follow each other with no gap, each contiguous: the stack is one (count rows) x cols
   /// contiguous matrix.
   MOECOMP_HOST_DEVICE constexpr bool is_contiguous() const noexcept {
-    return (row_stride_ == cols_ || rows_ <= 1) && (matrix_stride_ == rows_ * row_stride_ || count_ <= 1);
+    return (row_stride_ == cols_ || rows_ <= 1) && (count_ <= 1 || (table_ == nullptr && matrix_stride_ == rows_ * row_stride_));
   }
-  /// Address of matrix e and of row i of matrix e (no dereference, so usable for any memory space).
-  MOECOMP_HOST_DEVICE constexpr T* matrix_ptr(index_t e) const noexcept { return data_ + e * matrix_stride_; }
-  MOECOMP_HOST_DEVICE constexpr T* row_ptr(index_t e, index_t i) const noexcept {
-    return data_ + e * matrix_stride_ + i * row_stride_;
+  /// Whether each matrix on its own is contiguous (row_stride == cols): true of a gathered stack of whole tensors.
+  MOECOMP_HOST_DEVICE constexpr bool matrices_contiguous() const noexcept { return row_stride_ == cols_ || rows_ <= 1; }
+  /// Address of matrix e and of row i of matrix e (no dereference of the data, so usable for any memory space;
+  /// a gathered stack reads its host table).
+  MOECOMP_HOST_DEVICE constexpr T* matrix_ptr(index_t e) const noexcept {
+    return table_ != nullptr ? table_[e] : data_ + e * matrix_stride_;
   }
+  MOECOMP_HOST_DEVICE constexpr T* row_ptr(index_t e, index_t i) const noexcept { return matrix_ptr(e) + i * row_stride_; }
 
   /// Element (e, i, j). Host memory only; unchecked.
   template <class S = Space, std::enable_if_t<std::is_same_v<S, host_memory>, int> = 0>
   constexpr T& operator()(index_t e, index_t i, index_t j) const noexcept {
-    return data_[e * matrix_stride_ + i * row_stride_ + j];
+    return matrix_ptr(e)[i * row_stride_ + j];
   }
 
   /// Matrix e, a rows x cols view sharing this stack's row stride.
@@ -258,13 +286,17 @@ class matrix_stack_view {
                     "matrix_stack_view::subrange: ", count, " matrices from ", first,
                     " do not fit in a stack of ", count_);
     if (count == 0 || rows_ == 0 || cols_ == 0)
-      return matrix_stack_view(nullptr, count, rows_, cols_, row_stride_, matrix_stride_);
+      return matrix_stack_view(static_cast<T*>(nullptr), count, rows_, cols_, row_stride_, matrix_stride_);
+    if constexpr (std::is_same_v<Space, host_memory>)  // only host stacks are gathered
+      if (table_ != nullptr) return matrix_stack_view(table_ + first, count, rows_, cols_, row_stride_);
     return matrix_stack_view(matrix_ptr(first), count, rows_, cols_, row_stride_, matrix_stride_);
   }
 
   /// The stack as one (count rows) x cols matrix, matrix e being rows [e rows, (e + 1) rows). Possible when
   /// the matrices follow each other at the row stride (matrix_stride == rows * row_stride).
   matrix_view<T, Space> as_matrix() const {
+    MOECOMP_EXPECTS(table_ == nullptr || count_ <= 1, "matrix_stack_view::as_matrix: a gathered stack of ", count_,
+                    " matrices is not one matrix");
     MOECOMP_EXPECTS(matrix_stride_ == rows_ * row_stride_ || count_ <= 1,
                     "matrix_stack_view::as_matrix: matrix_stride must be rows * row_stride (", rows_ * row_stride_,
                     ") to view the stack as one matrix, got ", matrix_stride_);
@@ -284,6 +316,7 @@ class matrix_stack_view {
   }
 
   T* data_ = nullptr;
+  T* const* table_ = nullptr;  // gathered stacks: matrix e at table_[e]
   index_t count_ = 0;
   index_t rows_ = 0;
   index_t cols_ = 0;

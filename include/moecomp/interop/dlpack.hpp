@@ -291,10 +291,12 @@ DLTensor to_dltensor(matrix_view<T, Space> view, std::int64_t (&shape)[2], std::
 }
 
 /// A DLTensor describing a stack view: shape {count, rows, cols}, strides {matrix_stride, row_stride, 1};
-/// as the matrix overload.
+/// as the matrix overload. A gathered stack (matrix_stack_view::is_gathered) has no such strides: invalid_argument.
 template <class T, class Space>
 DLTensor to_dltensor(matrix_stack_view<T, Space> view, std::int64_t (&shape)[3], std::int64_t (&strides)[3],
                      DLDevice device = interop::detail::default_dlpack_device<Space>()) {
+  MOECOMP_EXPECTS(!view.is_gathered(), "to_dltensor: view must be a strided stack, got a gathered stack of ", view.count(),
+                  " matrices (a DLTensor has one stride per dimension)");
   shape[0] = view.count();
   shape[1] = view.rows();
   shape[2] = view.cols();

@@ -39,6 +39,14 @@ address_range address_range_of(const matrix_view<T, Space>& x) noexcept {
 template <class T, class Space>
 address_range address_range_of(const matrix_stack_view<T, Space>& x) noexcept {
   if (x.empty()) return {};
+  if (x.is_gathered()) {  // the span from the lowest matrix to the end of the highest
+    address_range r{~std::uintptr_t{0}, 0};  // first, last
+    for (index_t e = 0; e < x.count(); ++e) {
+      r.first = std::min(r.first, reinterpret_cast<std::uintptr_t>(x.matrix_ptr(e)));
+      r.last = std::max(r.last, reinterpret_cast<std::uintptr_t>(x.row_ptr(e, x.rows() - 1) + x.cols()));
+    }
+    return r;
+  }
   return {reinterpret_cast<std::uintptr_t>(x.data()),
           reinterpret_cast<std::uintptr_t>(x.row_ptr(x.count() - 1, x.rows() - 1) + x.cols())};
 }
