@@ -265,6 +265,45 @@ TEST_CASE("layouts: a dense Mistral or Llama checkpoint, each layer's FFN loaded
   CHECK(contains(dense_error(R"({"model_type": "mistral"})"), "lacks \"num_hidden_layers\""));
 }
 
+TEST_CASE("layouts: map_moe_layer reads a bf16 layer in place, the same values as load_moe_layer, no copy") {
+  temp_dir dir("layout_map");
+  synthetic_checkpoint s;
+  s.dtype = io::safetensors_dtype::bf16;
+  const index_t E = 4, I = 6, H = 5;
+  for (index_t l = 0; l < 2; ++l) add_mixtral_layer(s, l, E, I, H);
+  s.write(dir, R"({"model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+                  "hidden_size": 5, "intermediate_size": 6, "hidden_act": "silu"})");
+  const model::moe_model m = describe(dir);
+  const io::safetensors_checkpoint c = io::open_safetensors_checkpoint(dir.path.string());
+  CHECK(model::can_map_moe_layer<bfloat16>(c, m, 1));
+  CHECK_FALSE(model::can_map_moe_layer<float>(c, m, 1));  // stored as BF16: float needs a conversion
+  const auto mapped = model::map_moe_layer<bfloat16>(c, m, 1);
+  const auto loaded = model::load_moe_layer<bfloat16>(c, m, 1);
+  CHECK(mapped.in_place());
+  CHECK(mapped.w1.empty());  // nothing copied
+  CHECK_FALSE(loaded.in_place());
+  const auto a = mapped.experts_view(), b = loaded.experts_view();
+  CHECK(a.w1.is_gathered());
+  for (index_t e = 0; e < E; ++e) {
+    // Each matrix is the tensor's own bytes in the file.
+    const std::string x = "model.layers.1.block_sparse_moe.experts." + std::to_string(e) + ".";
+    CHECK(static_cast<const void*>(a.w1.matrix_ptr(e)) == c.tensor(x + "w1.weight").data());
+    CHECK(static_cast<const void*>(a.w2.matrix_ptr(e)) == c.tensor(x + "w2.weight").data());
+    for (index_t i = 0; i < I; ++i)
+      for (index_t j = 0; j < H; ++j) {
+        CHECK(static_cast<float>(a.w1(e, i, j)) == static_cast<float>(b.w1(e, i, j)));
+        CHECK(static_cast<float>(a.w3(e, i, j)) == static_cast<float>(b.w3(e, i, j)));
+        CHECK(static_cast<float>(a.w2(e, j, i)) == static_cast<float>(b.w2(e, j, i)));
+      }
+  }
+  CHECK(mapped.router(3, 4) == loaded.router(3, 4));
+  auto dropped = model::map_moe_layer<bfloat16>(c, m, 0);
+  dropped.drop_experts();
+  CHECK_FALSE(dropped.in_place());
+  CHECK(contains(moecomp_test::thrown_message([&] { (void)model::map_moe_layer<float>(c, m, 0); }),
+                 "map_moe_layer: layer 0's experts must be stored as F32"));
+}
+
 TEST_CASE("layouts: Mixtral with fused 3-D expert tensors splits gate rows from up rows") {
   temp_dir dir("layout_fused");
   synthetic_checkpoint s;
@@ -282,13 +321,22 @@ TEST_CASE("layouts: Mixtral with fused 3-D expert tensors splits gate rows from 
   const auto w = model::load_moe_layer<double>(c, m, 0);
   const auto& gate_up = s.values["model.layers.0.mlp.experts.gate_up_proj"];
   const auto& down = s.values["model.layers.0.mlp.experts.down_proj"];
-  for (index_t e = 0; e < E; ++e)
+  // Read in place (F32 as float), each expert's gate and up rows are addresses inside the one fused tensor.
+  REQUIRE(model::can_map_moe_layer<float>(c, m, 0));
+  const auto mapped = model::map_moe_layer<float>(c, m, 0);
+  for (index_t e = 0; e < E; ++e) {
+    CHECK(static_cast<const void*>(mapped.experts_view().w3.matrix_ptr(e)) ==
+          c.tensor("model.layers.0.mlp.experts.gate_up_proj").data() + 4 * (e * 2 * I + I) * H);
     for (index_t i = 0; i < I; ++i)
       for (index_t j = 0; j < H; ++j) {
         CHECK(w.experts_view().w1.matrix(e)(i, j) == gate_up[static_cast<std::size_t>((e * 2 * I + i) * H + j)]);
         CHECK(w.experts_view().w3.matrix(e)(i, j) == gate_up[static_cast<std::size_t>((e * 2 * I + I + i) * H + j)]);
         CHECK(w.experts_view().w2.matrix(e)(j, i) == down[static_cast<std::size_t>((e * H + j) * I + i)]);
+        CHECK(mapped.experts_view().w1(e, i, j) == w.experts_view().w1(e, i, j));
+        CHECK(mapped.experts_view().w3(e, i, j) == w.experts_view().w3(e, i, j));
+        CHECK(mapped.experts_view().w2(e, j, i) == w.experts_view().w2(e, j, i));
       }
+  }
 }
 
 TEST_CASE("layouts: Qwen2-MoE's sparse step, mlp_only_layers, norm_topk_prob and the gated shared expert") {

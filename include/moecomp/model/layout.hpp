@@ -682,20 +682,31 @@ inline gating::routing_params routing_of(const moe_model& m) {
 }
 
 /// One MoE layer's weights, converted to W and laid out as moecomp's stacks: W1 and W3 E x I x H, W2 E x H x I
-/// (nn.Linear layout), the router E x H in float, and the shared expert when the layer has one.
+/// (nn.Linear layout), the router E x H in float, and the shared expert when the layer has one. A layer read in
+/// place (map_moe_layer) holds no expert stack: w1_in_place .. w2_in_place address each expert's matrices in the
+/// checkpoint's memory, and experts_view() is a gathered stack of them.
 template <class W>
 struct moe_layer_weights {
   index_t experts = 0, d_model = 0, d_ff = 0;
   bool gated = true;
   std::vector<W> w1, w3, w2;
+  std::vector<const W*> w1_in_place, w3_in_place, w2_in_place;  // E each (w3: empty when not gated), or empty
   host_matrix<float> router;
   std::vector<float> router_bias, correction_bias;  // E each, or empty
   index_t shared_d_ff = 0;
   std::vector<W> shared_w1, shared_w3, shared_w2;  // empty without a shared expert
   std::vector<float> shared_gate;                   // H, or empty (Qwen2-MoE's sigmoid gate row)
 
+  /// Whether the experts are read in place from a checkpoint (map_moe_layer), which must then outlive this.
+  bool in_place() const noexcept { return !w1_in_place.empty(); }
   moe::ffn_expert_stack_view<W> experts_view() const {
     moe::ffn_expert_stack_view<W> v;
+    if (in_place()) {
+      v.w1 = matrix_stack_view<const W>(w1_in_place.data(), experts, d_ff, d_model, d_model);
+      if (gated) v.w3 = matrix_stack_view<const W>(w3_in_place.data(), experts, d_ff, d_model, d_model);
+      v.w2 = matrix_stack_view<const W>(w2_in_place.data(), experts, d_model, d_ff, d_ff);
+      return v;
+    }
     v.w1 = matrix_stack_view<const W>(w1.data(), experts, d_ff, d_model);
     if (gated) v.w3 = matrix_stack_view<const W>(w3.data(), experts, d_ff, d_model);
     v.w2 = matrix_stack_view<const W>(w2.data(), experts, d_model, d_ff);
@@ -709,6 +720,9 @@ struct moe_layer_weights {
     std::vector<W>().swap(w1);
     std::vector<W>().swap(w3);
     std::vector<W>().swap(w2);
+    std::vector<const W*>().swap(w1_in_place);
+    std::vector<const W*>().swap(w3_in_place);
+    std::vector<const W*>().swap(w2_in_place);
   }
   moe::ffn_expert_view<W> shared_expert_view() const {
     MOECOMP_EXPECTS(has_shared_expert(), "moe_layer_weights::shared_expert_view: the layer has no shared expert");
@@ -742,6 +756,24 @@ inline std::vector<std::int64_t> load_expert_map(const io::safetensors_checkpoin
                    "; the layer stores experts 0 to ", n.stored_experts - 1);
   return map;
 }
+
+namespace detail {
+/// The router, its biases (float) and the shared expert (W) of a layer, for load_moe_layer and map_moe_layer.
+template <class W>
+void load_router_and_shared(const io::safetensors_checkpoint& checkpoint, const moe_model& model,
+                            const moe_layer_names& n, moe_layer_weights<W>& w) {
+  w.router = checkpoint.tensor(n.router).to_matrix<float>();
+  if (!n.router_bias.empty()) w.router_bias = checkpoint.tensor(n.router_bias).to_vector<float>();
+  if (!n.correction_bias.empty()) w.correction_bias = checkpoint.tensor(n.correction_bias).to_vector<float>();
+  if (n.has_shared_expert()) {
+    w.shared_d_ff = model.shared_expert_size;
+    w.shared_w1 = checkpoint.tensor(n.shared_gate).to_vector<W>();
+    if (!n.shared_up.empty()) w.shared_w3 = checkpoint.tensor(n.shared_up).to_vector<W>();
+    w.shared_w2 = checkpoint.tensor(n.shared_down).to_vector<W>();
+    if (!n.shared_gate_weight.empty()) w.shared_gate = checkpoint.tensor(n.shared_gate_weight).to_vector<float>();
+  }
+}
+}  // namespace detail
 
 /// Reads MoE layer `index` (0 .. model.layers.size() - 1) of a checkpoint described by describe_moe_model,
 /// converting every tensor to W (float, double, bfloat16 or half; the router to float). It reads exactly
@@ -804,16 +836,80 @@ moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint
       done_with(n.down[u]);
     }
   }
-  w.router = checkpoint.tensor(n.router).to_matrix<float>();
-  if (!n.router_bias.empty()) w.router_bias = checkpoint.tensor(n.router_bias).to_vector<float>();
-  if (!n.correction_bias.empty()) w.correction_bias = checkpoint.tensor(n.correction_bias).to_vector<float>();
-  if (n.has_shared_expert()) {
-    w.shared_d_ff = model.shared_expert_size;
-    w.shared_w1 = checkpoint.tensor(n.shared_gate).to_vector<W>();
-    if (!n.shared_up.empty()) w.shared_w3 = checkpoint.tensor(n.shared_up).to_vector<W>();
-    w.shared_w2 = checkpoint.tensor(n.shared_down).to_vector<W>();
-    if (!n.shared_gate_weight.empty()) w.shared_gate = checkpoint.tensor(n.shared_gate_weight).to_vector<float>();
+  detail::load_router_and_shared(checkpoint, model, n, w);
+  return w;
+}
+
+/// Whether MoE layer `index` can be read in place as W (map_moe_layer): every expert tensor is stored as W's
+/// dtype (BF16 for bfloat16, F32 for float, F16 for half, F64 for double) at an address aligned for W, on a
+/// little-endian host.
+template <class W>
+bool can_map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
+  static_assert(moecomp::detail::is_weight_type_v<W>, "can_map_moe_layer: W must be float, double, bfloat16 or half");
+  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "can_map_moe_layer: index must be in [0, ",
+                  model.layers.size(), "), got ", index);
+  if (!moecomp::detail::host_is_little_endian) return false;
+  const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  std::vector<std::string> experts;
+  if (n.fused()) {
+    experts = {n.gate_up, n.fused_down};
+  } else {
+    experts = n.gate;
+    experts.insert(experts.end(), n.up.begin(), n.up.end());
+    experts.insert(experts.end(), n.down.begin(), n.down.end());
   }
+  for (const std::string& name : experts) {
+    const io::safetensors_tensor t = checkpoint.tensor(name);
+    if (!t.holds<W>() || reinterpret_cast<std::uintptr_t>(t.data()) % alignof(W) != 0) return false;
+  }
+  return true;
+}
+
+/// MoE layer `index` read in place: the experts are not copied; the result's experts_view() is a gathered stack
+/// addressing each expert's matrices in `checkpoint`'s memory (its mapping), which must outlive the result and
+/// every view of it. The router, its biases and the shared expert are read as load_moe_layer reads them. The same
+/// checks as load_moe_layer (every tensor finite, the id map of distinct storage); each tensor's pages are released
+/// after the check, so that the experts' pages are only resident while a caller reads them (and the kernel can
+/// reclaim them: they are the file's clean pages). The values are load_moe_layer<W>'s, bit for bit. invalid_argument
+/// unless can_map_moe_layer<W>.
+template <class W>
+moe_layer_weights<W> map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
+  static_assert(moecomp::detail::is_weight_type_v<W>, "map_moe_layer: W must be float, double, bfloat16 or half");
+  MOECOMP_EXPECTS(can_map_moe_layer<W>(checkpoint, model, index), "map_moe_layer: layer ", index,
+                  "'s experts must be stored as ", io::to_string(io::safetensors_dtype_of<W>::value),
+                  " at aligned addresses on a little-endian host (can_map_moe_layer), got otherwise");
+  const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  for (const std::string& name : n.tensor_names()) {
+    detail::check_finite(checkpoint, name, "map_moe_layer");
+    checkpoint.release(name);
+  }
+  moe_layer_weights<W> w;
+  w.experts = model.num_experts;
+  w.d_model = model.hidden_size;
+  w.d_ff = model.expert_size;
+  w.gated = model.gated;
+  const index_t E = w.experts, matrix = w.d_ff * w.d_model;
+  const std::vector<std::int64_t> map = load_expert_map(checkpoint, model, index);
+  auto stored = [&map](index_t e) { return map.empty() ? e : static_cast<index_t>(map[static_cast<std::size_t>(e)]); };
+  auto at = [&](const std::string& name, index_t first) {
+    return reinterpret_cast<const W*>(checkpoint.tensor(name).data()) + first;
+  };
+  w.w1_in_place.resize(static_cast<std::size_t>(E));
+  if (w.gated) w.w3_in_place.resize(static_cast<std::size_t>(E));
+  w.w2_in_place.resize(static_cast<std::size_t>(E));
+  for (index_t e = 0; e < E; ++e) {
+    const auto u = static_cast<std::size_t>(e), s = static_cast<std::size_t>(stored(e));
+    if (n.fused()) {  // gate rows first, then up rows, in each expert's 2I x H block
+      w.w1_in_place[u] = at(n.gate_up, stored(e) * 2 * matrix);
+      w.w3_in_place[u] = at(n.gate_up, stored(e) * 2 * matrix + matrix);
+      w.w2_in_place[u] = at(n.fused_down, stored(e) * matrix);
+    } else {
+      w.w1_in_place[u] = at(n.gate[s], 0);
+      if (w.gated) w.w3_in_place[u] = at(n.up[s], 0);
+      w.w2_in_place[u] = at(n.down[s], 0);
+    }
+  }
+  detail::load_router_and_shared(checkpoint, model, n, w);
   return w;
 }
 
