@@ -281,6 +281,81 @@ TEST_CASE("expert representations: vectorised and surrogate weights, mean output
     }
 }
 
+TEST_CASE_TEMPLATE("expert_weight_distances: the distances of the vectorised weights, from strided or gathered stacks", W,
+                   float, moecomp::bfloat16) {
+  // 18,200 entries a matrix: two chunks of the 2^14 the sums are split into, and a partial block of 64. 5 experts
+  // take the one-pair-at-a-time path, 17 the path across pairs.
+  const index_t d = 130, d_ff = 140;
+  for (const index_t e : {index_t{5}, index_t{17}}) {
+    CAPTURE(e);
+    std::vector<expert_data<W>> experts;
+    for (index_t a = 0; a < e; ++a) experts.emplace_back(d, d_ff, true, false, 40 + static_cast<std::uint64_t>(a));
+    std::vector<W> w1, w3, w2;
+    for (const auto& x : experts) {
+      w1.insert(w1.end(), x.s1.begin(), x.s1.end());
+      w3.insert(w3.end(), x.s3.begin(), x.s3.end());
+      w2.insert(w2.end(), x.s2.begin(), x.s2.end());
+    }
+    const moe::ffn_expert_stack_view<W> strided{moecomp::make_matrix_stack_view(static_cast<const W*>(w1.data()), e, d_ff, d),
+                                                moecomp::make_matrix_stack_view(static_cast<const W*>(w3.data()), e, d_ff, d),
+                                                moecomp::make_matrix_stack_view(static_cast<const W*>(w2.data()), e, d, d_ff),
+                                                {}, {}, {}};
+    // The same experts, each matrix in its own allocation (as a checkpoint's tensors are), addressed by tables.
+    std::vector<const W*> t1, t3, t2;
+    for (const auto& x : experts) {
+      t1.push_back(x.s1.data());
+      t3.push_back(x.s3.data());
+      t2.push_back(x.s2.data());
+    }
+    const moe::ffn_expert_stack_view<W> gathered{moecomp::matrix_stack_view<const W>(t1.data(), e, d_ff, d, d),
+                                                 moecomp::matrix_stack_view<const W>(t3.data(), e, d_ff, d, d),
+                                                 moecomp::matrix_stack_view<const W>(t2.data(), e, d, d_ff, d_ff),
+                                                 {}, {}, {}};
+    std::vector<double> a(static_cast<std::size_t>(e * (e - 1) / 2)), b(a.size()), one_thread(a.size());
+    moe::expert_weight_distances<W>(moecomp::host_context(2), strided, moecomp::make_vector_view(a.data(), e * (e - 1) / 2));
+    moe::expert_weight_distances<W>(moecomp::host_context(2), gathered, moecomp::make_vector_view(b.data(), e * (e - 1) / 2));
+    moe::expert_weight_distances<W>(moecomp::host_context(1), gathered,
+                                    moecomp::make_vector_view(one_thread.data(), e * (e - 1) / 2));
+    CHECK(a == b);  // the same bits
+    CHECK(b == one_thread);
+    // The documented order, transcribed: per chunk of 2^14 entries of W1, W2, W3 (vectorized_weights' order), each
+    // pair's squares summed in entry order from 0; the chunks' sums added in chunk order; the same bits.
+    std::vector<double> ordered(a.size(), 0.0);
+    {
+      std::size_t pair = 0;
+      for (index_t i = 0; i < e; ++i)
+        for (index_t j = i + 1; j < e; ++j, ++pair) {
+          const auto& x = experts[static_cast<std::size_t>(i)];
+          const auto& y = experts[static_cast<std::size_t>(j)];
+          for (const auto& [u, v] : {std::make_pair(&x.w1, &y.w1), std::make_pair(&x.w2, &y.w2), std::make_pair(&x.w3, &y.w3)}) {
+            // Each square rounded on its own (stored first, so that no compiler fuses it into the sum as an FMA).
+            std::vector<double> squares(u->size());
+            for (std::size_t k = 0; k < u->size(); ++k) squares[k] = ((*u)[k] - (*v)[k]) * ((*u)[k] - (*v)[k]);
+            for (std::size_t c0 = 0; c0 < u->size(); c0 += 16384) {
+              double sum = 0;
+              for (std::size_t k = c0; k < std::min(u->size(), c0 + 16384); ++k) sum += squares[k];
+              ordered[pair] += sum;
+            }
+          }
+          ordered[pair] = std::sqrt(ordered[pair]);
+        }
+    }
+    CHECK(b == ordered);
+    // By definition, in scipy's pdist order: ||w_i - w_j|| over W1, W3, W2's exact (stored) values.
+    std::size_t pair = 0;
+    for (index_t i = 0; i < e; ++i)
+      for (index_t j = i + 1; j < e; ++j, ++pair) {
+        double sum = 0;
+        const auto& x = experts[static_cast<std::size_t>(i)];
+        const auto& y = experts[static_cast<std::size_t>(j)];
+        for (std::size_t k = 0; k < x.w1.size(); ++k)
+          sum += (x.w1[k] - y.w1[k]) * (x.w1[k] - y.w1[k]) + (x.w3[k] - y.w3[k]) * (x.w3[k] - y.w3[k]) +
+                 (x.w2[k] - y.w2[k]) * (x.w2[k] - y.w2[k]);
+        CHECK(b[pair] == doctest::Approx(std::sqrt(sum)).epsilon(1e-13));
+      }
+  }
+}
+
 TEST_CASE("ffn and representations: bad input is refused with a message naming the argument") {
   const expert_data<float> e(8, 12, true, false, 30);
   auto v = e.view();

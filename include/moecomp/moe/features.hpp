@@ -47,9 +47,9 @@ void vectorized_weights(const ffn_expert_stack_view<W>& stack,
 }
 
 /// The Euclidean distances between the experts' vectorized_weights rows, condensed in scipy's pdist order
-/// (distances: E (E - 1) / 2), computed from contiguous stacks of any weight type (float, double, bfloat16, half; each entry widened to
-/// double) directly: no E x 3 d_ff d feature matrix (at
-/// Mixtral's shape, 5.6 GB) and no copy of it. The stacks are read in chunks of 2^14 entries once for all pairs;
+/// (distances: E (E - 1) / 2), computed from the stacks of any weight type (float, double, bfloat16, half; each
+/// entry widened to double) directly, each expert's matrices contiguous (a strided stack, or a gathered one read in
+/// place from a checkpoint): no E x 3 d_ff d feature matrix (at Mixtral's shape, 5.6 GB) and no copy of it. The stacks are read in chunks of 2^14 entries once for all pairs;
 /// each chunk's per-pair sums of squares (double) are added in chunk order, so the result is bit-identical at any
 /// thread count. O(E^2 d_ff d) time, O(E^2 d_ff d / 2^14) doubles of workspace. HC-SMoE's and the CKA merge's
 /// "weights" similarity (compress). Host only.
@@ -61,8 +61,9 @@ void expert_weight_distances(const host_context& ctx, const ffn_expert_stack_vie
   const index_t E = stack.experts();
   MOECOMP_EXPECTS(distances.size() == E * (E - 1) / 2, fn, ": distances must have E (E - 1) / 2 = ", E * (E - 1) / 2,
                   " entries, got ", distances.size());
-  MOECOMP_EXPECTS(stack.w1.is_contiguous() && stack.w2.is_contiguous() && (stack.w3.empty() || stack.w3.is_contiguous()),
-                  fn, ": the expert stacks must be contiguous");
+  MOECOMP_EXPECTS(stack.w1.matrices_contiguous() && stack.w2.matrices_contiguous() &&
+                      (stack.w3.empty() || stack.w3.matrices_contiguous()),
+                  fn, ": each expert's matrices must be contiguous (row_stride == cols)");
   detail::expert_weight_distances_host(ctx, stack, distances);
 }
 

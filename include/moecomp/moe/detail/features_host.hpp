@@ -107,41 +107,76 @@ void router_logits_host(const host_context& ctx, matrix_view<const A> x, matrix_
   });
 }
 
-/// expert_weight_distances after its checks.
+/// expert_weight_distances after its checks. Per chunk of 2^14 entries (in parallel over chunks), each pair's sum
+/// of squared differences starts at 0 and adds the entries in increasing order, each square rounded before it is
+/// added; the chunks' sums are then added in chunk order. From 16 experts on, the entries are widened to double in
+/// blocks of 64 entries x E experts (transposed, so that for expert a and entry j the pairs (a, b > a) are
+/// consecutive and one SIMD instruction advances several pairs' sums by one entry each); below, one pair at a time.
+/// Either way every pair's additions are the same, in the same order.
 template <class W>
 void expert_weight_distances_host(const host_context& ctx, const ffn_expert_stack_view<W>& stack,
                                   vector_view<double> distances) {
   const index_t E = stack.experts(), pairs = E * (E - 1) / 2;
   struct piece {
-    const W* data;
-    index_t size;  // entries per expert
+    const matrix_stack_view<const W>* matrices;  // each matrix contiguous (strided or gathered stack)
+    index_t size;                                // entries per expert
   };
   std::vector<piece> pieces;  // vectorized_weights' order: W1, W2, W3
   for (const auto* v : {&stack.w1, &stack.w2, &stack.w3})
-    if (!v->empty()) pieces.push_back({v->data(), v->rows() * v->cols()});
-  constexpr index_t chunk = index_t{1} << 14;
+    if (!v->empty()) pieces.push_back({v, v->rows() * v->cols()});
+  // across_pairs: from this many experts on, SIMD runs across pairs (below it, a row has too few pairs to fill
+  // a vector, and one pair at a time is faster).
+  constexpr index_t chunk = index_t{1} << 14, block = 64, across_pairs = 16;
   std::vector<index_t> first_chunk{0};  // chunk numbers where each piece starts
   for (const piece& p : pieces) first_chunk.push_back(first_chunk.back() + (p.size + chunk - 1) / chunk);
   const index_t chunks = first_chunk.back();
-  std::vector<double> partial(static_cast<std::size_t>(chunks * pairs));
-  moecomp::detail::parallel_for(chunks, ctx.threads(), [&](index_t c, int) {
+  std::vector<double> partial(static_cast<std::size_t>(chunks * pairs), 0.0);
+  // Pair (a, b) of a < b at first_pair[a] + b - a - 1 (scipy's condensed order).
+  std::vector<index_t> first_pair(static_cast<std::size_t>(E) + 1, 0);
+  for (index_t a = 0; a < E; ++a) first_pair[static_cast<std::size_t>(a) + 1] = first_pair[static_cast<std::size_t>(a)] + E - a - 1;
+  const int threads = ctx.threads();
+  const index_t per_thread = (block + 1) * std::max(E, block);
+  std::vector<double> widened(static_cast<std::size_t>(threads) * static_cast<std::size_t>(per_thread));
+  moecomp::detail::parallel_for(chunks, threads, [&](index_t c, int thread) {
     std::size_t k = 0;
     while (c >= first_chunk[k + 1]) ++k;
     const piece& p = pieces[k];
     const index_t begin = (c - first_chunk[k]) * chunk, end = std::min(p.size, begin + chunk);
     double* out = partial.data() + c * pairs;
-    index_t pair = 0;
-    for (index_t a = 0; a < E; ++a)
-      for (index_t b = a + 1; b < E; ++b, ++pair) {
-        const W* x = p.data + a * p.size;
-        const W* y = p.data + b * p.size;
-        double sum = 0;
-        for (index_t j = begin; j < end; ++j) {
-          const double diff = convert_to<double>(x[j]) - convert_to<double>(y[j]);
-          sum += diff * diff;
-        }
-        out[pair] = sum;
+    double* x = widened.data() + static_cast<std::size_t>(thread) * static_cast<std::size_t>(per_thread);  // [j][e]
+    double* squares = x + block * std::max(E, block);  // across pairs: E entries; one pair at a time: block
+    for (index_t j0 = begin; j0 < end; j0 += block) {
+      const index_t n = std::min(block, end - j0);
+      if (E < across_pairs) {  // few pairs a row: one pair at a time, over the block's entries
+        for (index_t a = 0; a + 1 < E; ++a)
+          for (index_t b = a + 1; b < E; ++b) {
+            const W* u = p.matrices->matrix_ptr(a) + j0;
+            const W* v = p.matrices->matrix_ptr(b) + j0;
+            for (index_t j = 0; j < n; ++j) {
+              const double diff = convert_to<double>(u[j]) - convert_to<double>(v[j]);
+              squares[j] = diff * diff;
+            }
+            double& sum = out[first_pair[static_cast<std::size_t>(a)] + b - a - 1];
+            for (index_t j = 0; j < n; ++j) sum += squares[j];
+          }
+        continue;
       }
+      for (index_t e = 0; e < E; ++e) {
+        const W* from = p.matrices->matrix_ptr(e) + j0;
+        for (index_t j = 0; j < n; ++j) x[j * E + e] = convert_to<double>(from[j]);
+      }
+      for (index_t a = 0; a + 1 < E; ++a) {
+        double* sums = out + first_pair[static_cast<std::size_t>(a)] - a - 1;  // sums[b]: pair (a, b)
+        for (index_t j = 0; j < n; ++j) {
+          const double* row = x + j * E;
+          const double xa = row[a];
+          // The square is rounded before it is added (two loops, so that no compiler fuses them into an FMA): the
+          // bits then do not depend on the compiler's FMA contraction (or on -mtune, which decides it for GCC).
+          for (index_t b = a + 1; b < E; ++b) squares[b] = (xa - row[b]) * (xa - row[b]);
+          for (index_t b = a + 1; b < E; ++b) sums[b] += squares[b];
+        }
+      }
+    }
   });
   for (index_t pair = 0; pair < pairs; ++pair) distances[pair] = 0.0;
   for (index_t c = 0; c < chunks; ++c)
