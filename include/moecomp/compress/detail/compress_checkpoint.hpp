@@ -20,12 +20,20 @@ MOECOMP_NAMESPACE_BEGIN
 namespace compress {
 namespace detail {
 
-/// A tensor this run computed, stored in the dtype its original had.
+/// A tensor this run computed, stored in the dtype its original had: its encoded bytes, or (borrowed) the
+/// address of memory that already holds exactly those bytes (an expert of a bf16 stack written as BF16, or of
+/// the input's mapping), which then must outlive the write.
 struct owned_tensor {
   std::string name;
   io::safetensors_dtype dtype;
   std::vector<index_t> shape;
   std::vector<unsigned char> bytes;
+  const void* borrowed = nullptr;
+  std::size_t borrowed_bytes = 0;
+
+  const void* data() const noexcept { return borrowed != nullptr ? borrowed : bytes.data(); }
+  std::size_t byte_size() const noexcept { return borrowed != nullptr ? borrowed_bytes : bytes.size(); }
+  io::safetensors_entry entry() const { return {name, dtype, shape, data(), 0}; }
 };
 
 inline void require_float_dtype(io::safetensors_dtype dtype, const std::string& name) {
@@ -59,23 +67,41 @@ template <class W>
 std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkpoint, const model::moe_layer_names& names,
                                         const model::moe_model& m, const model::moe_layer_weights<W>* original,
                                         const compressed_layer& c, bool distinct = false) {
+  static_assert(std::is_same_v<W, float> || std::is_same_v<W, bfloat16>, "layer_tensors: W must be float or bfloat16");
   const index_t I = m.expert_size, H = m.hidden_size, matrix = I * H, out_experts = static_cast<index_t>(c.slots.size());
   const bool own_stack = c.own_stack();
   MOECOMP_EXPECTS(!distinct || own_stack, "compress: distinct expert storage needs the layer's own stack");
   MOECOMP_EXPECTS(own_stack || original != nullptr, "compress: a pruned layer is written from its original stack");
   const index_t written_experts = distinct ? c.stack_experts : out_experts;  // expert tensors written
-  // Expert r's matrix (1: w1, 3: w3, 2: w2): the layer's own stack (float or bf16), or the original stack's slot.
-  auto append = [&](int which, index_t r, owned_tensor& t) {
+  const moe::ffn_expert_stack_view<W> input = original != nullptr ? original->experts_view() : moe::ffn_expert_stack_view<W>{};
+  // Expert r's matrix (1: w1, 3: w3, 2: w2): the layer's own stack (float or bf16), or the original stack's slot
+  // (a strided stack or, read in place, a gathered one).
+  auto source = [&](int which, index_t r) -> std::pair<const void*, io::safetensors_dtype> {
     const std::int64_t k = distinct ? r : c.slots[static_cast<std::size_t>(r)];
-    const auto count = static_cast<std::size_t>(matrix);
     if (own_stack) {
-      if (!c.w1.empty())
-        io::append_encoded(own_stack_of<float>(c, which).data() + k * matrix, count, t.dtype, t.bytes);
-      else
-        io::append_encoded(own_stack_of<bfloat16>(c, which).data() + k * matrix, count, t.dtype, t.bytes);
+      if (!c.w1.empty()) return {own_stack_of<float>(c, which).data() + k * matrix, io::safetensors_dtype::f32};
+      return {own_stack_of<bfloat16>(c, which).data() + k * matrix, io::safetensors_dtype::bf16};
+    }
+    const matrix_stack_view<const W>& from = which == 1 ? input.w1 : which == 3 ? input.w3 : input.w2;
+    return {from.matrix_ptr(k), io::safetensors_dtype_of<W>::value};
+  };
+  auto append = [&](int which, index_t r, owned_tensor& t) {
+    const auto [from, dtype] = source(which, r);
+    const auto count = static_cast<std::size_t>(matrix);
+    if (dtype == io::safetensors_dtype::f32)  // a float stack; else a bfloat16 one (W is float or bfloat16)
+      io::append_encoded(static_cast<const float*>(from), count, t.dtype, t.bytes);
+    else
+      io::append_encoded(static_cast<const bfloat16*>(from), count, t.dtype, t.bytes);
+  };
+  // One expert matrix as its own tensor: borrowed where the source already holds the tensor's bytes (the same
+  // dtype on a little-endian host), so that a large layer is not copied once more to be written.
+  auto one_matrix = [&](int which, index_t r, owned_tensor& t) {
+    const auto [from, dtype] = source(which, r);
+    if (dtype == t.dtype && moecomp::detail::host_is_little_endian) {
+      t.borrowed = from;
+      t.borrowed_bytes = static_cast<std::size_t>(matrix) * io::item_size(dtype);
     } else {
-      const std::vector<W>& from = which == 1 ? original->w1 : which == 3 ? original->w3 : original->w2;
-      io::append_encoded(from.data() + k * matrix, count, t.dtype, t.bytes);
+      append(which, r, t);
     }
   };
   std::vector<owned_tensor> out;
@@ -119,13 +145,13 @@ std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkp
   for (index_t r = 0; r < written_experts; ++r) {
     const auto u = static_cast<std::size_t>(r);
     owned_tensor& g = add(names.gate[u], {I, H});
-    append(1, r, g);
+    one_matrix(1, r, g);
     if (!names.up.empty()) {
       owned_tensor& up = add(names.up[u], {I, H});
-      append(3, r, up);
+      one_matrix(3, r, up);
     }
     owned_tensor& d = add(names.down[u], {H, I});
-    append(2, r, d);
+    one_matrix(2, r, d);
   }
   return out;
 }
@@ -246,6 +272,21 @@ inline std::vector<std::vector<std::int64_t>> global_prune_allocation(const std:
   return kept;
 }
 
+/// Takes the pages of every tensor of layer `names` out of the resident set (safetensors_file::release).
+inline void release_layer(const io::safetensors_checkpoint& checkpoint, const model::moe_layer_names& names) {
+  for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+}
+
+/// Layer i's weights as W: for bfloat16 (bf16-resident) read in place from the checkpoint where it can be
+/// (model::map_moe_layer: no copy of the experts), else copied with each tensor's pages released once read.
+template <class W>
+model::moe_layer_weights<W> read_layer(const io::safetensors_checkpoint& checkpoint, const model::moe_model& m, index_t i,
+                                       bool resident) {
+  if constexpr (std::is_same_v<W, bfloat16>)
+    if (model::can_map_moe_layer<W>(checkpoint, m, i)) return model::map_moe_layer<W>(checkpoint, m, i);
+  return model::load_moe_layer<W>(checkpoint, m, i, resident);
+}
+
 /// Whether layer `names` is compressed bf16-resident: prune, hc-smoe, cka-merge and m-smoe on a layer whose experts
 /// are stored as BF16 read them as bfloat16 (no float copy of the input stack) and compute from them (the expert
 /// forward widens one expert or panel at a time; merges compute in float and round once to bf16); the checkpoint
@@ -280,6 +321,9 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   // thread's widened expert) are then never held beside the method's new stack.
   host_matrix<float> y;
   if (x.rows() > 0) timed("reference", [&] { y = layer_output(ctx, m, layer_view(w), nullptr, x.const_view()); });
+  // Experts read in place leave the resident set after each pass over them (the kernel could reclaim them anyway:
+  // they are the file's clean pages; releasing keeps the peak RSS honest).
+  if (w.in_place()) release_layer(checkpoint, names);
   compressed_layer c;
   if (params.global) {
     c = prune_layer(ctx, params, m, layer_view(w), x.const_view(), static_cast<std::uint64_t>(i), timed, report,
@@ -288,6 +332,7 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
     c = compress_layer_host(ctx, params, m, layer_view(w), x.const_view(), expert_dtype, timed, report,
                             static_cast<std::uint64_t>(i));
   }
+  if (w.in_place()) release_layer(checkpoint, names);
   round_layer_to_storage(c, expert_dtype, checkpoint.info(names.router).dtype,
                          names.router_bias.empty() ? io::safetensors_dtype::f32 : checkpoint.info(names.router_bias).dtype,
                          names.correction_bias.empty() ? io::safetensors_dtype::f32
@@ -346,10 +391,10 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
     if (!replaced) dense_entries.push_back(io::safetensors_entry::of(n, checkpoint.tensor(n)));
   }
   for (const owned_tensor& t : resmoe ? resmoe_tensors : tensors) {
-    entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
-    layer_after += static_cast<double>(t.bytes.size());
+    entries.push_back(t.entry());
+    layer_after += static_cast<double>(t.byte_size());
   }
-  for (const owned_tensor& t : tensors) dense_entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
+  for (const owned_tensor& t : tensors) dense_entries.push_back(t.entry());
   // HC-SMoE's slots repeat merged experts: the distinct experts are what a deduplicating loader keeps.
   double distinct_after = layer_after;
   if (keeps_router_rows(params)) {
@@ -362,7 +407,7 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   writer.write_shard(entries, checkpoint.metadata());
   if (dense_writer != nullptr) dense_writer->write_shard(dense_entries, checkpoint.metadata());
   // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
-  for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+  release_layer(checkpoint, names);
   report.steps_seconds.emplace_back(
       "writing", std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count());
   const double parameters = static_cast<double>(E) * static_cast<double>(m.expert_size) *
@@ -415,12 +460,12 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
       const bool resident = bf16_resident(checkpoint, params, names);
       auto scores_as = [&](auto type) {  // the layer read as bfloat16 (resident) or float
         using W = typename decltype(type)::type;
-        const auto w = model::load_moe_layer<W>(checkpoint, m, i, resident);
+        const auto w = read_layer<W>(checkpoint, m, i, resident);
         return prune_scores(ctx, params, m, layer_view(w), x.const_view());
       };
       global_scores.push_back(resident ? scores_as(moecomp::detail::type_identity<bfloat16>{})
                                        : scores_as(moecomp::detail::type_identity<float>{}));
-      for (const std::string& n : names.tensor_names()) checkpoint.release(n);
+      release_layer(checkpoint, names);
     }
     global_kept = global_prune_allocation(global_scores, params.experts, m.top_k);
   }
@@ -432,13 +477,12 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     const auto t0 = std::chrono::steady_clock::now();
     if (stopped(observer, result)) return result;
     timed.announce("loading");
-    // The layer's weights: bfloat16 as stored for prune on a bfloat16 checkpoint (no float copy), else float.
     const bool resident = bf16_resident(checkpoint, params, names);
     const auto expert_dtype = checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype;
-    // The layer's weights: bfloat16 as stored for the bf16-resident methods (no float copy), else float.
+    // The layer's weights: bfloat16 as stored for the bf16-resident methods (read in place: no copy), else float.
     auto compress_as = [&](auto type) {
       using W = typename decltype(type)::type;
-      std::optional<model::moe_layer_weights<W>> loaded(model::load_moe_layer<W>(checkpoint, m, i, resident));
+      std::optional<model::moe_layer_weights<W>> loaded(read_layer<W>(checkpoint, m, i, resident));
       host_matrix<float> x(0, m.hidden_size);
       if (calibration != nullptr) x = model::read_calibration_tokens(*calibration, calibration_key(m, names), m.hidden_size);
       report.steps_seconds.emplace_back("loading",

@@ -304,8 +304,8 @@ inline checkpoint_report compress_dense_checkpoint_host(const host_context& ctx,
       written.insert(n);
     }
     for (const owned_tensor& t : tensors) {
-      entries.push_back({t.name, t.dtype, t.shape, t.bytes.data(), 0});
-      layer_after += static_cast<double>(t.bytes.size());
+      entries.push_back(t.entry());
+      layer_after += static_cast<double>(t.byte_size());
     }
     writer.write_shard(entries, checkpoint.metadata());
     for (const std::string& n : names.tensor_names()) checkpoint.release(n);
