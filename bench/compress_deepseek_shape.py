@@ -26,13 +26,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compress_mixtral_shape import write_safetensors  # noqa: E402
+from compress_mixtral_shape import memory_sampler, write_safetensors  # noqa: E402
 
 VOCAB = 512
 METHODS = {
@@ -104,32 +103,6 @@ def build(directory, tokens, small):
               "torch_dtype": "bfloat16"}
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-
-
-class memory_sampler:
-    """Samples /proc/PID/status every 0.2 s: the peaks of RssAnon, RssFile and VmRSS (bytes)."""
-
-    def __init__(self, pid):
-        self.pid, self.peak, self.done = pid, {"RssAnon": 0, "RssFile": 0, "VmRSS": 0}, False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        while not self.done:
-            try:
-                with open(f"/proc/{self.pid}/status") as f:
-                    for line in f:
-                        key = line.split(":")[0]
-                        if key in self.peak:
-                            self.peak[key] = max(self.peak[key], int(line.split()[1]) * 1024)
-            except OSError:
-                return
-            time.sleep(0.2)
-
-    def stop(self):
-        self.done = True
-        self.thread.join()
-        return self.peak
 
 
 def main():

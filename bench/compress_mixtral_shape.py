@@ -5,8 +5,8 @@ normal weights, std 0.02; attention and norms at Mixtral's shapes, a 512-token v
 inputs (TOKENS x 4096 float32 per layer), written here into a scratch directory and deleted afterwards (never
 committed). Every method compresses it once; the table gives the wall time per layer, how it splits between the
 steps (the report's steps_seconds), the extrapolation to Mixtral-8x7B's 32 layers, and the peak resident memory
-(the report's getrusage figure) against one layer's experts (2.82 GB in bf16, 5.64 GB as the float32 the
-methods compute in).
+(the report's getrusage figure, and the anonymous and mapped-file peaks sampled from /proc every 0.2 s) against one
+layer's experts (2.82 GB in bf16, 5.64 GB as the float32 the methods compute in).
 
     /usr/bin/python3 bench/compress_mixtral_shape.py PATH/TO/moecomp [--dir DIR] [--layers 2] [--tokens 256]
         [--methods hc-smoe-weights,hc-smoe,cka-merge,resmoe,prune,moefy] [--moefy-options "--experts 448 ..."]
@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -59,6 +60,32 @@ def tensors_of(layers, dense=False):
             for w, shape in (("w1", (I, H)), ("w3", (I, H)), ("w2", (H, I))):
                 t[p + f"block_sparse_moe.experts.{e}.{w}.weight"] = ("BF16", shape)
     return t
+
+
+class memory_sampler:
+    """Samples /proc/PID/status every 0.2 s: the peaks of RssAnon, RssFile and VmRSS (bytes)."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.done = pid, {"RssAnon": 0, "RssFile": 0, "VmRSS": 0}, False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done:
+            try:
+                with open(f"/proc/{self.pid}/status") as f:
+                    for line in f:
+                        key = line.split(":")[0]
+                        if key in self.peak:
+                            self.peak[key] = max(self.peak[key], int(line.split()[1]) * 1024)
+            except OSError:
+                return
+            time.sleep(0.2)
+
+    def stop(self):
+        self.done = True
+        self.thread.join()
+        return self.peak
 
 
 def write_safetensors(path, tensors, fill):
@@ -140,13 +167,16 @@ def main():
         for method in methods:
             shutil.rmtree(out, ignore_errors=True)
             start = time.time()
-            r = subprocess.run([args.tool, "compress", dense_model if method == "moefy" else model, "-o", out, "--quiet", "--json", *METHODS[method]],
-                               capture_output=True, text=True)
+            p = subprocess.Popen([args.tool, "compress", dense_model if method == "moefy" else model, "-o", out, "--quiet",
+                                  "--json", *METHODS[method]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            sampler = memory_sampler(p.pid)
+            stdout, stderr = p.communicate()
+            peak = sampler.stop()
             wall = time.time() - start
-            if r.returncode != 0:
-                print(f"{method}: exit {r.returncode}: {r.stderr.strip()}", flush=True)
+            if p.returncode != 0:
+                print(f"{method}: exit {p.returncode}: {stderr.strip()}", flush=True)
                 continue
-            report = json.loads(r.stdout.strip().splitlines()[-1])
+            report = json.loads(stdout.strip().splitlines()[-1])
             layers = report["layers"]
             per_layer = sum(l["seconds"] for l in layers) / len(layers)
             steps = {}
@@ -163,18 +193,20 @@ def main():
                     f"; {report['options']['experts']} experts of {report['options']['expert_size']}, top-"
                     f"{report['options']['top_k']}, FLOPs ratio {report['flops']['ratio']:.3f}", flush=True)
             rows.append((method, wall, per_layer, split, report["totals"]["peak_rss_bytes"], errors,
-                         report["totals"]["bits_per_weight"]))
+                         report["totals"]["bits_per_weight"], peak))
             print(f"{method}: {wall:.1f} s wall, {per_layer:.1f} s per layer ({split}); 32 layers about "
-                  f"{per_layer * 32 / 60:.1f} min; peak RSS {report['totals']['peak_rss_bytes'] / 1e9:.2f} GB; "
+                  f"{per_layer * 32 / 60:.1f} min; peak RSS {report['totals']['peak_rss_bytes'] / 1e9:.2f} GB "
+                  f"(sampled: anonymous {peak['RssAnon'] / 1e9:.2f} GB, mapped file {peak['RssFile'] / 1e9:.2f} GB); "
                   f"errors {['%.4f' % e for e in errors]}; {report['totals']['bits_per_weight']:.2f} bits per weight",
                   flush=True)
     finally:
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    print("\n| method | seconds per layer | split (seconds) | 32 layers | peak RSS | bits per weight |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for method, wall, per_layer, split, rss, errors, bits in rows:
-        print(f"| {method} | {per_layer:.1f} | {split} | {per_layer * 32 / 60:.1f} min | {rss / 1e9:.2f} GB | {bits:.2f} |")
+    print("\n| method | seconds per layer | split (seconds) | 32 layers | peak RSS | peak anonymous | bits per weight |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for method, wall, per_layer, split, rss, errors, bits, peak in rows:
+        print(f"| {method} | {per_layer:.1f} | {split} | {per_layer * 32 / 60:.1f} min | {rss / 1e9:.2f} GB | "
+              f"{peak['RssAnon'] / 1e9:.2f} GB | {bits:.2f} |")
     return 0
 
 

@@ -51,6 +51,8 @@ struct planted_model {
   std::map<std::string, std::vector<index_t>> shapes;
   std::map<std::string, std::vector<float>> calibration;
 
+  io::safetensors_dtype dtype = io::safetensors_dtype::f32;  // the tensors' storage (bf16: each value rounded)
+
   planted_model(bool pairs, bool two_used, float scale = 1.0f) {
     moecomp::random_generator rng(7);
     auto random = [&](index_t n) {
@@ -89,7 +91,16 @@ struct planted_model {
   }
   void write(const temp_dir& dir) const {
     std::vector<io::safetensors_entry> entries, calib;
-    for (const auto& [name, v] : tensors) entries.push_back({name, io::safetensors_dtype::f32, shapes.at(name), v.data()});
+    std::vector<std::vector<moecomp::bfloat16>> rounded;
+    rounded.reserve(tensors.size());  // entries point into it
+    for (const auto& [name, v] : tensors) {
+      if (dtype == io::safetensors_dtype::bf16) {
+        rounded.emplace_back(v.begin(), v.end());
+        entries.push_back({name, dtype, shapes.at(name), rounded.back().data()});
+      } else {
+        entries.push_back({name, io::safetensors_dtype::f32, shapes.at(name), v.data()});
+      }
+    }
     for (const auto& [name, v] : calibration) calib.push_back({name, io::safetensors_dtype::f32, {T, H}, v.data()});
     io::write_safetensors(dir.file("model.safetensors"), entries, {{"format", "pt"}});
     io::write_safetensors(dir.file("calibration.safetensors"), calib, {});
@@ -832,6 +843,60 @@ TEST_CASE("resmoe ablations: what compress_checkpoint writes for each centre and
       if (n.rfind(prefix(0), 0) == 0) bytes += static_cast<double>(written.info(n).bytes());
     CHECK(r.layers[0].bytes_written == bytes);
     CHECK(r.config_json.find(std::string("\"center\": \"") + compress::to_string(center) + "\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("compress_checkpoint: a BF16 layer read in place gives the float path's layer, rounded once") {
+  // The float path: compress_layer on the layer loaded as float with bf16 storage dtypes. The bf16-resident path:
+  // compress_checkpoint, which reads a BF16 layer in place (map_moe_layer) and computes from bfloat16.
+  planted_model planted(false, false);
+  planted.dtype = io::safetensors_dtype::bf16;
+  const opened o(planted, "compress_bf16_in_place");
+  const moecomp::host_context ctx(2);
+  const compress::storage_dtypes bf16{io::safetensors_dtype::bf16, io::safetensors_dtype::bf16, io::safetensors_dtype::f32,
+                                      io::safetensors_dtype::f32};
+  for (const compress::method how : {compress::method::prune, compress::method::hc_smoe, compress::method::cka_merge,
+                                     compress::method::m_smoe, compress::method::resmoe}) {
+    const std::string name = compress::to_string(how);
+    CAPTURE(name);
+    const compress::compress_params p = resolved(o, how, how == compress::method::resmoe ? 0 : 4);  // resmoe keeps all
+    temp_dir out(std::string("compress_bf16_in_place_") + compress::to_string(how));
+    io::safetensors_sharded_writer writer(out.path.string(), "model");
+    const compress::checkpoint_report r = compress::compress_checkpoint(
+        ctx, p, o.checkpoint, o.m, compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
+    REQUIRE(r.ok());
+    const io::safetensors_checkpoint written = io::open_safetensors_checkpoint(out.path.string());
+    for (index_t l = 0; l < layers; ++l) {
+      CAPTURE(l);
+      const model::moe_layer_weights<float> w = model::load_moe_layer<float>(o.checkpoint, o.m, l);
+      const moecomp::host_matrix<float> x =
+          model::read_calibration_tokens(o.calibration, "layers." + std::to_string(l) + ".moe_input", H);
+      compress::layer_report report;
+      const compress::compressed_layer c = compress::compress_layer(ctx, p, o.m, w, x.const_view(), bf16, report);
+      CHECK(r.layers[static_cast<std::size_t>(l)].output_relative_error == report.output_relative_error);
+      if (how == compress::method::resmoe) {  // the base and every residual file, byte for byte
+        const std::string q = prefix(l) + "resmoe.";
+        const std::vector<float> base = written.tensor(q + "base.w2.weight").to_vector<float>();
+        CHECK(base == c.resmoe->w2);
+        for (index_t e = 0; e < E; ++e) {
+          const io::safetensors_tensor t = written.tensor(q + "experts." + std::to_string(e) + ".w1.residual");
+          const std::vector<std::uint8_t> expected =
+              io::serialize_residual(c.resmoe->residuals[static_cast<std::size_t>(e)].w1.view());
+          CHECK(std::vector<std::uint8_t>(t.data(), t.data() + t.byte_size()) == expected);
+        }
+        continue;
+      }
+      // Every written expert: the float path's expert, rounded. Distinct storage (hc-smoe's and m-smoe's default)
+      // writes stack expert s under expert s's names; otherwise router id r holds stack expert slots[r].
+      const bool distinct = compress::keeps_router_rows(p) && p.expert_storage == compress::expert_storage::distinct;
+      const index_t written_experts = distinct ? c.stack_experts : static_cast<index_t>(c.slots.size());
+      for (index_t id = 0; id < written_experts; ++id) {
+        const std::int64_t k = distinct ? id : c.slots[static_cast<std::size_t>(id)];
+        const std::vector<float>& from = c.own_stack() ? c.w1 : w.w1;
+        const std::vector<float> expert(from.begin() + k * I * H, from.begin() + (k + 1) * I * H);
+        CHECK(written.tensor(prefix(l) + "experts." + std::to_string(id) + ".w1.weight").to_vector<float>() == expert);
+      }
+    }
   }
 }
 

@@ -159,8 +159,9 @@ std::vector<owned_tensor> layer_tensors(const io::safetensors_checkpoint& checkp
 /// resmoe's tensors of a layer: the base expert (`PREFIX.resmoe.base.w1/w3/w2.weight`, in the experts' dtype),
 /// the permutations (`PREFIX.resmoe.permutations`, I32, E x I) and each expert's residuals
 /// (`PREFIX.resmoe.experts.E.w1/w3/w2.residual`: U8, the bytes of a moecomp residual file).
-inline std::vector<owned_tensor> resmoe_layer_tensors(const std::string& prefix, const model::moe_layer_weights<float>& w,
-                                                      const compressed_layer::resmoe_part& r, io::safetensors_dtype dtype) {
+template <class W>
+std::vector<owned_tensor> resmoe_layer_tensors(const std::string& prefix, const model::moe_layer_weights<W>& w,
+                                               const compressed_layer::resmoe_part& r, io::safetensors_dtype dtype) {
   const index_t E = w.experts, I = w.d_ff, H = w.d_model;
   std::vector<owned_tensor> out;
   const std::string base = prefix + ".resmoe.";
@@ -287,14 +288,16 @@ model::moe_layer_weights<W> read_layer(const io::safetensors_checkpoint& checkpo
   return model::load_moe_layer<W>(checkpoint, m, i, resident);
 }
 
-/// Whether layer `names` is compressed bf16-resident: prune, hc-smoe, cka-merge and m-smoe on a layer whose experts
-/// are stored as BF16 read them as bfloat16 (no float copy of the input stack) and compute from them (the expert
-/// forward widens one expert or panel at a time; merges compute in float and round once to bf16); the checkpoint
-/// written is the same bytes (docs/compress.md, "The pipeline").
+/// Whether layer `names` is compressed bf16-resident: prune, hc-smoe, cka-merge, m-smoe and resmoe on a layer whose
+/// experts are stored as BF16 read them as bfloat16 (in place, no float copy of the input stack) and compute from
+/// them (the expert forward widens one expert or panel at a time; merges and resmoe's design rows, barycenter and
+/// residuals compute in float, and new experts are rounded once to bf16); the checkpoint written is the same bytes
+/// (docs/compress.md, "The pipeline").
 inline bool bf16_resident(const io::safetensors_checkpoint& checkpoint, const compress_params& params,
                           const model::moe_layer_names& names) {
   const bool method_reads_bf16 = params.method == method::prune || params.method == method::hc_smoe ||
-                                 params.method == method::cka_merge || params.method == method::m_smoe;
+                                 params.method == method::cka_merge || params.method == method::m_smoe ||
+                                 params.method == method::resmoe;
   return method_reads_bf16 &&
          checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype == io::safetensors_dtype::bf16;
 }
@@ -339,7 +342,7 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
                                                        : checkpoint.info(names.correction_bias).dtype);
   if (stopped(observer, result)) return true;
   double error = 0;
-  const bool drop_input = c.own_stack() && c.resmoe == nullptr;  // the input stack is not written
+  const bool drop_input = c.own_stack();  // the input stack is not written (resmoe's writer reads its shapes only)
   timed("error", [&] {
     // A layer with its own stack frees the input's experts before its own forward, so that the two stacks and a
     // forward's buffers are never held at once.
@@ -368,8 +371,7 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
       layer_tensors(checkpoint, names, m, drop_input ? nullptr : &*loaded, c, distinct);
   const bool resmoe = c.resmoe != nullptr;
   std::vector<owned_tensor> resmoe_tensors;
-  if constexpr (std::is_same_v<W, float>)
-    if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, *loaded, *c.resmoe, expert_dtype);
+  if (resmoe) resmoe_tensors = resmoe_layer_tensors(report.layer, *loaded, *c.resmoe, expert_dtype);
   auto is_expert = [&](const std::string& n) {
     return std::find(names.gate.begin(), names.gate.end(), n) != names.gate.end() ||
            std::find(names.up.begin(), names.up.end(), n) != names.up.end() ||

@@ -181,6 +181,14 @@ std::vector<W>& own_stack_of(compressed_layer& c, int which) {
   return const_cast<std::vector<W>&>(own_stack_of<W>(static_cast<const compressed_layer&>(c), which));
 }
 
+/// The values converted to W (for bfloat16 rounded to nearest even; exact for values that came from bfloat16).
+template <class W>
+std::vector<W> convert_all(const std::vector<float>& values) {
+  std::vector<W> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = convert_to<W>(values[i]);
+  return out;
+}
+
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
 /// router keeps its E rows (id map) or gets one row per group, whose biases are merged with the rows'
 /// coefficients.
@@ -276,8 +284,9 @@ inline io::safetensors_dtype storage_of(sparse::value_dtype v) noexcept {
 /// replaced by its rank-params.rank truncated SVD (factors rounded to the values dtype; `stored` gets each
 /// product for the restore) or pruned to its sparse::rows_kept rows of largest norm and encoded as prune's are.
 /// squared_errors: ||D - stored||_F^2 per expert (Appendix A.6), with the rounding of what is stored.
-inline void resmoe_other_residuals(const host_context& ctx, const compress_params& params, const moe::ffn_expert_view<float>& base,
-                                   const moe::ffn_expert_stack_view<float>& stack, compressed_layer::resmoe_part& r,
+template <class W>
+void resmoe_other_residuals(const host_context& ctx, const compress_params& params, const moe::ffn_expert_view<W>& base,
+                                   const moe::ffn_expert_stack_view<W>& stack, compressed_layer::resmoe_part& r,
                                    std::vector<host_matrix<float>>& stored, std::vector<double>& squared_errors,
                                    layer_report& report) {
   const index_t E = stack.experts(), H = stack.d_model(), I = stack.d_ff(), width = (stack.gated() ? 3 : 2) * H;
@@ -287,7 +296,7 @@ inline void resmoe_other_residuals(const host_context& ctx, const compress_param
   if (params.residual == resmoe_residual::structured) {
     for (index_t e = 0; e < E; ++e) {
       const host_matrix<float> full =
-          moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e));
+          moe::expert_design_residual<W>(ctx, base, stack.expert(e), r.permutations.const_view().row(e));
       host_matrix<float> pruned(I, width);
       sparse::prune_rows<float>(ctx, params.keep, full.const_view(), pruned.view());
       squared_errors.push_back(sparse::stored_squared_error<float>(ctx, full.const_view(), pruned.const_view(), ep.values));
@@ -308,7 +317,7 @@ inline void resmoe_other_residuals(const host_context& ctx, const compress_param
     const index_t count = std::min(chunk, E - first);
     std::vector<host_matrix<float>> full;
     for (index_t e = first; e < first + count; ++e)
-      full.push_back(moe::expert_design_residual<float>(ctx, base, stack.expert(e), r.permutations.const_view().row(e)));
+      full.push_back(moe::expert_design_residual<W>(ctx, base, stack.expert(e), r.permutations.const_view().row(e)));
     std::vector<std::exception_ptr> failed(static_cast<std::size_t>(count));
     moecomp::detail::parallel_for(count, ctx.threads(), [&](index_t n, int) {
       try {
@@ -360,18 +369,24 @@ inline void resmoe_other_residuals(const host_context& ctx, const compress_param
 /// the base's neuron order pruned to the fraction params.keep as one matrix and encoded
 /// (moe::encode_expert_residual), and the experts restored from base and residuals (sparse::restore_dense).
 /// params.center and params.residual select the ablations instead (resmoe_plain_center, resmoe_other_residuals).
-inline compressed_layer resmoe_layer(const host_context& ctx, const compress_params& params,
-                                     const moe_layer_weights_view& w, io::safetensors_dtype expert_dtype,
-                                     const step_timer& timed, layer_report& report) {
+/// W: the experts' storage, float or bfloat16 (compress_checkpoint's bf16-resident read). Everything is computed in
+/// float either way (the design rows, the barycenter, the residuals); a bfloat16 layer's restored experts are held
+/// as bfloat16 (out.w1_bf16 ..., each value the float path's after its rounding to storage), the float path's as
+/// float.
+template <class W>
+compressed_layer resmoe_layer(const host_context& ctx, const compress_params& params,
+                              const basic_moe_layer_weights_view<W>& w, io::safetensors_dtype expert_dtype,
+                              const step_timer& timed, layer_report& report) {
+  static_assert(std::is_same_v<W, float> || std::is_same_v<W, bfloat16>, "resmoe_layer: W must be float or bfloat16");
   const index_t E = w.experts.experts(), I = w.experts.d_ff(), H = w.experts.d_model(), pieces = w.experts.gated() ? 3 : 2, width = pieces * H;
   compressed_layer out;
   out.resmoe = std::make_shared<compressed_layer::resmoe_part>();
   compressed_layer::resmoe_part& r = *out.resmoe;
-  const moe::ffn_expert_stack_view<float> stack = w.experts;
+  const moe::ffn_expert_stack_view<W> stack = w.experts;
   host_matrix<float> design(E * I, width);
   timed("design rows", [&] {
     for (index_t e = 0; e < E; ++e)
-      align::design_matrix<float>(ctx, stack.expert(e), design.view().row_range(e * I, I));
+      align::design_matrix<W>(ctx, stack.expert(e), design.view().row_range(e * I, I));
   });
   host_matrix<float> barycenter(I, width);
   r.permutations = host_matrix<index_t>(E, I);
@@ -404,10 +419,12 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
   io::round_to_storage(r.w1.data(), r.w1.size(), expert_dtype);
   io::round_to_storage(r.w3.data(), r.w3.size(), expert_dtype);
   io::round_to_storage(r.w2.data(), r.w2.size(), expert_dtype);
-  moe::ffn_expert_view<float> base;
-  base.w1 = matrix_view<const float>(r.w1.data(), I, H, H);
-  if (w.experts.gated()) base.w3 = matrix_view<const float>(r.w3.data(), I, H, H);
-  base.w2 = matrix_view<const float>(r.w2.data(), H, I, I);
+  // The base as W (for bfloat16, exactly the rounded values), so that base and experts share one type.
+  std::vector<W> base1 = convert_all<W>(r.w1), base3 = convert_all<W>(r.w3), base2 = convert_all<W>(r.w2);
+  moe::ffn_expert_view<W> base;
+  base.w1 = matrix_view<const W>(base1.data(), I, H, H);
+  if (w.experts.gated()) base.w3 = matrix_view<const W>(base3.data(), I, H, H);
+  base.w2 = matrix_view<const W>(base2.data(), H, I, I);
   r.residuals.resize(static_cast<std::size_t>(E));
   std::vector<double> squared_errors;
   std::vector<host_matrix<float>> svd_residuals;  // svd: each expert's stored residual, for the restore
@@ -422,7 +439,7 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
       return;
     }
     for (index_t e = 0; e < E; ++e) {
-      const moe::expert_residual_info info = moe::encode_expert_residual<float>(
+      const moe::expert_residual_info info = moe::encode_expert_residual<W>(
           ctx, rp, base, stack.expert(e), r.permutations.const_view().row(e), r.residuals[static_cast<std::size_t>(e)]);
       squared_errors.push_back(info.squared_error);
       report.residual_bytes.push_back(info.bytes);
@@ -432,9 +449,14 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
     }
   });
   out.stack_experts = E;
-  out.w1.resize(static_cast<std::size_t>(E * I * H));
-  if (w.experts.gated()) out.w3.resize(out.w1.size());
-  out.w2.resize(out.w1.size());
+  // The restored experts: float, or (a bfloat16 layer) bfloat16, each value the float sum rounded once, as the
+  // float path's rounding to storage rounds it.
+  std::vector<W>& w1_out = own_stack_of<W>(out, 1);
+  std::vector<W>& w3_out = own_stack_of<W>(out, 3);
+  std::vector<W>& w2_out = own_stack_of<W>(out, 2);
+  w1_out.resize(static_cast<std::size_t>(E * I * H));
+  if (w.experts.gated()) w3_out.resize(w1_out.size());
+  w2_out.resize(w1_out.size());
   timed("restore", [&] {
     host_matrix<float> down(H, I);
     for (index_t e = 0; e < E; ++e) {
@@ -443,21 +465,23 @@ inline compressed_layer resmoe_layer(const host_context& ctx, const compress_par
         const host_matrix<float>& d = svd_residuals[static_cast<std::size_t>(e)];
         for (index_t i = 0; i < I; ++i)
           for (index_t j = 0; j < H; ++j) {
-            out.w1[static_cast<std::size_t>((e * I + i) * H + j)] = base.w1(p[i], j) + d(p[i], j);
-            if (w.experts.gated()) out.w3[static_cast<std::size_t>((e * I + i) * H + j)] = base.w3(p[i], j) + d(p[i], H + j);
-            out.w2[static_cast<std::size_t>((e * H + j) * I + i)] = base.w2(j, p[i]) + d(p[i], (pieces - 1) * H + j);
+            w1_out[static_cast<std::size_t>((e * I + i) * H + j)] = convert_to<W>(r.w1[static_cast<std::size_t>(p[i] * H + j)] + d(p[i], j));
+            if (w.experts.gated())
+              w3_out[static_cast<std::size_t>((e * I + i) * H + j)] = convert_to<W>(r.w3[static_cast<std::size_t>(p[i] * H + j)] + d(p[i], H + j));
+            w2_out[static_cast<std::size_t>((e * H + j) * I + i)] =
+                convert_to<W>(r.w2[static_cast<std::size_t>(j * I + p[i])] + d(p[i], (pieces - 1) * H + j));
           }
         continue;
       }
       const auto& res = r.residuals[static_cast<std::size_t>(e)];
-      sparse::restore_dense<float, float>(ctx, base.w1, res.w1.view(), matrix_view<float>(out.w1.data() + e * I * H, I, H, H), p);
+      sparse::restore_dense<W, W>(ctx, base.w1, res.w1.view(), matrix_view<W>(w1_out.data() + e * I * H, I, H, H), p);
       if (w.experts.gated())
-        sparse::restore_dense<float, float>(ctx, base.w3, res.w3.view(), matrix_view<float>(out.w3.data() + e * I * H, I, H, H), p);
-      // W2's neurons are its columns: restore in the base's order, then gather column p(i) into column i.
-      sparse::restore_dense<float, float>(ctx, base.w2, res.w2.view(), down.view());
-      float* w2 = out.w2.data() + e * H * I;
+        sparse::restore_dense<W, W>(ctx, base.w3, res.w3.view(), matrix_view<W>(w3_out.data() + e * I * H, I, H, H), p);
+      // W2's neurons are its columns: restore in the base's order (in float), then gather column p(i) into column i.
+      sparse::restore_dense<W, float>(ctx, base.w2, res.w2.view(), down.view());
+      W* w2 = w2_out.data() + e * H * I;
       for (index_t j = 0; j < H; ++j)
-        for (index_t i = 0; i < I; ++i) w2[j * I + i] = down(j, p[i]);
+        for (index_t i = 0; i < I; ++i) w2[j * I + i] = convert_to<W>(down(j, p[i]));
     }
   });
   out.slots.resize(static_cast<std::size_t>(E));
@@ -922,10 +946,10 @@ compressed_layer compress_layer_host(const host_context& ctx, const compress_par
                                             matrix_view<const float> x, io::safetensors_dtype expert_dtype,
                                             const step_timer& timed, layer_report& report, std::uint64_t layer = 0) {
   if (params.method == method::prune) return prune_layer(ctx, params, m, w, x, layer, timed, report);
-  if constexpr (std::is_same_v<W, float>) {
+  if constexpr (std::is_same_v<W, float> || std::is_same_v<W, bfloat16>) {
     if (params.method == method::resmoe) return resmoe_layer(ctx, params, w, expert_dtype, timed, report);
   } else {
-    MOECOMP_EXPECTS(params.method != method::resmoe, "compress: resmoe reads its layers as float");
+    MOECOMP_EXPECTS(params.method != method::resmoe, "compress: resmoe reads its layers as float or bfloat16");
   }
   const index_t E = w.experts.experts();
   std::vector<std::int64_t> labels(static_cast<std::size_t>(E));
