@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compress_mixtral_shape import memory_sampler, write_safetensors  # noqa: E402
+from compress_mixtral_shape import run_sampled, write_safetensors  # noqa: E402
 
 VOCAB = 512
 METHODS = {
@@ -129,15 +128,10 @@ def main():
     try:
         for method in args.methods.split(","):
             shutil.rmtree(out, ignore_errors=True)
-            start = time.time()
-            p = subprocess.Popen([args.tool, "compress", model, "-o", out, "--quiet", "--json", "--experts", str(experts),
-                                  *METHODS[method]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            sampler = memory_sampler(p.pid)
-            stdout, stderr = p.communicate()
-            peak = sampler.stop()
-            wall = time.time() - start
-            if p.returncode != 0:
-                print(f"{method}: exit {p.returncode}: {stderr.strip()}", flush=True)
+            code, stdout, stderr, wall, peak = run_sampled(
+                [args.tool, "compress", model, "-o", out, "--quiet", "--json", "--experts", str(experts), *METHODS[method]])
+            if code != 0:
+                print(f"{method}: exit {code}: {stderr.strip()}", flush=True)
                 continue
             report = json.loads(stdout.strip().splitlines()[-1])
             layer = report["layers"][0]

@@ -88,6 +88,16 @@ class memory_sampler:
         return self.peak
 
 
+def run_sampled(command):
+    """Runs `command`, sampling its memory: (returncode, stdout, stderr, wall seconds, memory_sampler peaks)."""
+    start = time.time()
+    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = memory_sampler(p.pid)
+    stdout, stderr = p.communicate()
+    peak = sampler.stop()
+    return p.returncode, stdout, stderr, time.time() - start, peak
+
+
 def write_safetensors(path, tensors, fill):
     """Writes the header, then each tensor's bytes from fill(name, dtype, shape), streamed."""
     header, offset = {"__metadata__": {"format": "pt"}}, 0
@@ -166,15 +176,11 @@ def main():
     try:
         for method in methods:
             shutil.rmtree(out, ignore_errors=True)
-            start = time.time()
-            p = subprocess.Popen([args.tool, "compress", dense_model if method == "moefy" else model, "-o", out, "--quiet",
-                                  "--json", *METHODS[method]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            sampler = memory_sampler(p.pid)
-            stdout, stderr = p.communicate()
-            peak = sampler.stop()
-            wall = time.time() - start
-            if p.returncode != 0:
-                print(f"{method}: exit {p.returncode}: {stderr.strip()}", flush=True)
+            code, stdout, stderr, wall, peak = run_sampled(
+                [args.tool, "compress", dense_model if method == "moefy" else model, "-o", out, "--quiet", "--json",
+                 *METHODS[method]])
+            if code != 0:
+                print(f"{method}: exit {code}: {stderr.strip()}", flush=True)
                 continue
             report = json.loads(stdout.strip().splitlines()[-1])
             layers = report["layers"]

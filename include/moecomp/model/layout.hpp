@@ -840,16 +840,12 @@ moe_layer_weights<W> load_moe_layer(const io::safetensors_checkpoint& checkpoint
   return w;
 }
 
-/// Whether MoE layer `index` can be read in place as W (map_moe_layer): every expert tensor is stored as W's
-/// dtype (BF16 for bfloat16, F32 for float, F16 for half, F64 for double) at an address aligned for W, on a
-/// little-endian host.
+namespace detail {
+/// Why MoE layer n cannot be read in place as W ("" when it can): the first expert tensor of another dtype or at an
+/// address not aligned for W, or a big-endian host.
 template <class W>
-bool can_map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
-  static_assert(moecomp::detail::is_weight_type_v<W>, "can_map_moe_layer: W must be float, double, bfloat16 or half");
-  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "can_map_moe_layer: index must be in [0, ",
-                  model.layers.size(), "), got ", index);
-  if (!moecomp::detail::host_is_little_endian) return false;
-  const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+std::string unmappable_reason(const io::safetensors_checkpoint& checkpoint, const moe_layer_names& n) {
+  if (!moecomp::detail::host_is_little_endian) return "the host is big-endian";
   std::vector<std::string> experts;
   if (n.fused()) {
     experts = {n.gate_up, n.fused_down};
@@ -860,9 +856,23 @@ bool can_map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_m
   }
   for (const std::string& name : experts) {
     const io::safetensors_tensor t = checkpoint.tensor(name);
-    if (!t.holds<W>() || reinterpret_cast<std::uintptr_t>(t.data()) % alignof(W) != 0) return false;
+    if (!t.holds<W>()) return "tensor '" + name + "' is " + io::to_string(t.dtype());
+    if (reinterpret_cast<std::uintptr_t>(t.data()) % alignof(W) != 0)
+      return "tensor '" + name + "' is at an address not aligned to " + std::to_string(alignof(W)) + " bytes";
   }
-  return true;
+  return "";
+}
+}  // namespace detail
+
+/// Whether MoE layer `index` can be read in place as W (map_moe_layer): every expert tensor is stored as W's
+/// dtype (BF16 for bfloat16, F32 for float, F16 for half, F64 for double) at an address aligned for W, on a
+/// little-endian host.
+template <class W>
+bool can_map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
+  static_assert(moecomp::detail::is_weight_type_v<W>, "can_map_moe_layer: W must be float, double, bfloat16 or half");
+  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "can_map_moe_layer: index must be in [0, ",
+                  model.layers.size(), "), got ", index);
+  return detail::unmappable_reason<W>(checkpoint, model.layers[static_cast<std::size_t>(index)]).empty();
 }
 
 /// MoE layer `index` read in place: the experts are not copied; the result's experts_view() is a gathered stack
@@ -875,10 +885,13 @@ bool can_map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_m
 template <class W>
 moe_layer_weights<W> map_moe_layer(const io::safetensors_checkpoint& checkpoint, const moe_model& model, index_t index) {
   static_assert(moecomp::detail::is_weight_type_v<W>, "map_moe_layer: W must be float, double, bfloat16 or half");
-  MOECOMP_EXPECTS(can_map_moe_layer<W>(checkpoint, model, index), "map_moe_layer: layer ", index,
-                  "'s experts must be stored as ", io::to_string(io::safetensors_dtype_of<W>::value),
-                  " at aligned addresses on a little-endian host (can_map_moe_layer), got otherwise");
+  MOECOMP_EXPECTS(index >= 0 && index < static_cast<index_t>(model.layers.size()), "map_moe_layer: index must be in [0, ",
+                  model.layers.size(), "), got ", index);
   const moe_layer_names& n = model.layers[static_cast<std::size_t>(index)];
+  const std::string reason = detail::unmappable_reason<W>(checkpoint, n);
+  MOECOMP_EXPECTS(reason.empty(), "map_moe_layer: layer ", index, "'s experts must be stored as ",
+                  io::to_string(io::safetensors_dtype_of<W>::value),
+                  " at aligned addresses on a little-endian host (can_map_moe_layer), got: ", reason);
   for (const std::string& name : n.tensor_names()) {
     detail::check_finite(checkpoint, name, "map_moe_layer");
     checkpoint.release(name);

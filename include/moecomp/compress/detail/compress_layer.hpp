@@ -181,6 +181,16 @@ std::vector<W>& own_stack_of(compressed_layer& c, int which) {
   return const_cast<std::vector<W>&>(own_stack_of<W>(static_cast<const compressed_layer&>(c), which));
 }
 
+/// Gives the compressed layer its own stack in W (float, or bfloat16 for a layer read as bfloat16) of `experts`
+/// experts of I x H (W3 only when gated), zero-filled, for own_stack_of<W> to address.
+template <class W>
+void allocate_own_stack(compressed_layer& c, index_t experts, index_t I, index_t H, bool gated) {
+  c.stack_experts = experts;
+  own_stack_of<W>(c, 1).resize(static_cast<std::size_t>(experts * I * H));
+  if (gated) own_stack_of<W>(c, 3).resize(static_cast<std::size_t>(experts * I * H));
+  own_stack_of<W>(c, 2).resize(static_cast<std::size_t>(experts * I * H));
+}
+
 /// The values converted to W (for bfloat16 rounded to nearest even; exact for values that came from bfloat16).
 template <class W>
 std::vector<W> convert_all(const std::vector<float>& values) {
@@ -200,16 +210,13 @@ compressed_layer merge_layer(const host_context& ctx, const basic_moe_layer_weig
   const index_t E = w.experts.experts(), I = w.experts.d_ff(), H = w.experts.d_model();
   const index_t g = merge::group_count(make_vector_view(labels.data(), E));
   compressed_layer out;
-  out.stack_experts = g;
   // The merged stack in W: float, or (a layer read as bfloat16) bfloat16, each weight computed in float and
   // rounded once, the value the float path writes after round_layer_to_storage.
   static_assert(std::is_same_v<W, float> || std::is_same_v<W, bfloat16>, "merge_layer: float or bfloat16 layers");
+  allocate_own_stack<W>(out, g, I, H, w.experts.gated());
   std::vector<W>& w1_out = own_stack_of<W>(out, 1);
   std::vector<W>& w3_out = own_stack_of<W>(out, 3);
   std::vector<W>& w2_out = own_stack_of<W>(out, 2);
-  w1_out.resize(static_cast<std::size_t>(g * I * H));
-  if (w.experts.gated()) w3_out.resize(w1_out.size());
-  w2_out.resize(w1_out.size());
   host_matrix<float> merged_router(g, H);
   std::vector<std::int64_t> map(static_cast<std::size_t>(E));
   merge::merge_data<float> data;
@@ -448,15 +455,12 @@ compressed_layer resmoe_layer(const host_context& ctx, const compress_params& pa
                                 sparse::to_string(res.w2.format())});
     }
   });
-  out.stack_experts = E;
   // The restored experts: float, or (a bfloat16 layer) bfloat16, each value the float sum rounded once, as the
   // float path's rounding to storage rounds it.
+  allocate_own_stack<W>(out, E, I, H, w.experts.gated());
   std::vector<W>& w1_out = own_stack_of<W>(out, 1);
   std::vector<W>& w3_out = own_stack_of<W>(out, 3);
   std::vector<W>& w2_out = own_stack_of<W>(out, 2);
-  w1_out.resize(static_cast<std::size_t>(E * I * H));
-  if (w.experts.gated()) w3_out.resize(w1_out.size());
-  w2_out.resize(w1_out.size());
   timed("restore", [&] {
     host_matrix<float> down(H, I);
     for (index_t e = 0; e < E; ++e) {
