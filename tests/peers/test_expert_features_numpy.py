@@ -6,6 +6,8 @@
   1e-12 relative, float32 to 2e-5;
 * vectorized: row e = concat(W1_e.ravel(), W2_e.ravel(), W3_e.ravel()) exactly;
 * surrogate: row e = (W2_e @ (W1_e * W3_e)).ravel() (W2_e @ W1_e without W3);
+* weight-distances: scipy.spatial.distance.pdist of the vectorized rows (float64), to 1e-12 relative, for 3
+  experts (one pair at a time) and 20 experts of 18,200 entries a matrix (across pairs, two chunks);
 * router-logits: x @ R.T + b;
 * the error contract: exit 2, one "moecomp: error:" line naming the option, no output file: mismatched shapes,
   missing --inputs, NaN weights, a 2-D --w1, an unknown kind or activation.
@@ -19,7 +21,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_common import ToolRunner, require  # noqa: E402
 
-np, special = require("numpy", "scipy.special")
+np, special, distance = require("numpy", "scipy.special", "scipy.spatial.distance")
 
 ACTIVATIONS = {
     "silu": lambda v: v / (1.0 + np.exp(-v)),
@@ -90,12 +92,20 @@ class Checker(ToolRunner):
                                           + ([pd["w3"].reshape(e, -1)] if gated else []), axis=1)
                     self.check(f"vectorized {name}", got is not None and np.array_equal(got, vref.astype(dtype)),
                                err or f"shape {got.shape}")
+                    unbiased = {k: v for k, v in parts.items() if k in ("w1", "w2", "w3")}
+                    if not biases:
+                        self.check_distances(f"weight-distances {name}", unbiased, vref)
                     got, err = self.run_kind("surrogate", parts)
                     sref = np.stack([(pd["w2"][i] @ (pd["w1"][i] * pd["w3"][i] if gated else pd["w1"][i])).ravel()
                                      for i in range(e)])
                     worst = np.max(np.abs(got - sref)) / np.max(np.abs(sref)) if got is not None else float("inf")
                     self.check(f"surrogate {name}", got is not None and got.shape == (e, d * d) and worst <= tol,
                                err or f"max rel {worst:.1e}")
+        for dtype in (np.float32, np.float64):  # 20 experts: the path across pairs; 18,200 entries: two chunks
+            big = {k: rng.standard_normal(shape).astype(dtype) for k, shape in
+                   (("w1", (20, 140, 130)), ("w2", (20, 130, 140)), ("w3", (20, 140, 130)))}
+            vbig = np.concatenate([big[k].reshape(20, -1).astype(np.float64) for k in ("w1", "w2", "w3")], axis=1)
+            self.check_distances(f"weight-distances {np.dtype(dtype).name} 20 experts", big, vbig)
         x = rng.standard_normal((50, 8))
         router = rng.standard_normal((6, 8))
         bias = rng.standard_normal(6)
@@ -106,6 +116,13 @@ class Checker(ToolRunner):
                      self.path("r.npy"), "--router-bias", self.path("rb.npy"), "-o", self.path("l.npy"))
         ok = r.returncode == 0 and np.allclose(np.load(self.path("l.npy")), x @ router.T + bias, rtol=1e-12, atol=1e-12)
         self.check("router-logits float64", ok, r.stderr.strip() or "x @ R.T + b")
+
+    def check_distances(self, name, parts, vectorized):
+        got, err = self.run_kind("weight-distances", parts)
+        ref = distance.pdist(vectorized)
+        worst = np.max(np.abs(got - ref) / ref) if got is not None else float("inf")
+        self.check(name, got is not None and got.dtype == np.float64 and got.shape == ref.shape and worst <= 1e-12,
+                   err or f"max rel {worst:.1e}")
 
     def errors(self, rng):
         w1 = self.save("e_w1", rng.standard_normal((2, 6, 4)))
@@ -125,6 +142,9 @@ class Checker(ToolRunner):
                           "--w1", "(1, 2, 3)")
         self.expect_error("2-D --w1", ["expert-features", "--w1", flat, "--w2", w2, "--kind", "vectorized"], "--w1", "3-D")
         self.expect_error("bad kind", base + ["--w2", w2, "--kind", "weights"], "--kind", "weights")
+        b1 = self.save("e_b1", rng.standard_normal((2, 6)))
+        self.expect_error("weight-distances with biases", base + ["--w2", w2, "--b1", b1, "--kind", "weight-distances"],
+                          "--kind", "--b1")
         self.expect_error("bad activation", base + ["--w2", w2, "--kind", "outputs", "--inputs", x, "--activation", "tanh"],
                           "--activation", "tanh")
 

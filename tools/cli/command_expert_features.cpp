@@ -1,5 +1,5 @@
 // moecomp expert-features --w1 W1.npy --w2 W2.npy [--w3 W3.npy] [--b1 B1.npy] [--b3 B3.npy] [--b2 B2.npy]
-// --kind vectorized|surrogate|mean-output|outputs|router-logits [--inputs X.npy] [--router R.npy]
+// --kind vectorized|surrogate|weight-distances|mean-output|outputs|router-logits [--inputs X.npy] [--router R.npy]
 // [--router-bias b.npy] [--activation silu|gelu|gelu_tanh|relu] -o F.npy [--json]: expert representations of
 // a stack of E FFN experts (W1, W3: E x d_ff x d; W2: E x d x d_ff; biases E x d_ff / E x d). The contract:
 // docs/cli.md; the definitions: docs/expert_features.md.
@@ -15,10 +15,10 @@ template <class T>
 int run_features(const arguments& args, output_files& outputs) {
   using namespace moecomp;
   const std::string kind = args.value_or("--kind", "");
-  if (kind != "vectorized" && kind != "surrogate" && kind != "mean-output" && kind != "outputs" &&
-      kind != "router-logits")
-    throw usage_error("option --kind: expected vectorized, surrogate, mean-output, outputs or router-logits, got '" +
-                      kind + "'");
+  if (kind != "vectorized" && kind != "surrogate" && kind != "weight-distances" && kind != "mean-output" &&
+      kind != "outputs" && kind != "router-logits")
+    throw usage_error("option --kind: expected vectorized, surrogate, weight-distances, mean-output, outputs or "
+                      "router-logits, got '" + kind + "'");
   moe::ffn_params params;
   try {
     params.act = moe::parse_activation(args.value_or("--activation", "silu"));
@@ -80,6 +80,15 @@ int run_features(const arguments& args, output_files& outputs) {
     host_matrix<T> f(e, d * d);
     run_library([&] { moe::surrogate_weights<T>(ctx, stack, f.view()); });
     outputs.stage("-o", f.const_view());
+  } else if (kind == "weight-distances") {  // the vectorised weights' pdist, float64; the biases are not part of it
+    if (args.value("--b1") || args.value("--b3") || args.value("--b2"))
+      throw usage_error("option --kind: weight-distances compares the weights W1, W2, W3 only; drop --b1, --b3 and --b2");
+    host_vector<double> f(e * (e - 1) / 2);
+    const stopwatch compute;  // the algorithm alone, as scipy's pdist is timed around its call
+    run_library([&] { moe::expert_weight_distances<T>(ctx, stack, f.view()); });
+    summary.add("seconds", compute.seconds());
+    outputs.stage("-o", f.const_view());
+    return conclude(args, outputs, summary, status::ok, "expert-features", "");
   } else {
     if (!args.value("--inputs")) throw usage_error("option --kind: " + kind + " needs --inputs X.npy (n x d tokens)");
     const host_matrix<T> x = load_matrix_option<T>(args, "--inputs");
@@ -115,7 +124,8 @@ const command_registration expert_features_registration{command{
     {"expert-features",
      "Expert representations of a stack of FFN experts: vectorised or surrogate weights, outputs, mean outputs",
      "expert-features --w1 W1.npy --w2 W2.npy [--w3 W3.npy] [--b1 B1.npy] [--b3 B3.npy] [--b2 B2.npy] --kind "
-     "vectorized|surrogate|mean-output|outputs|router-logits [--inputs X.npy] [--router R.npy] [--router-bias b.npy] "
+     "vectorized|surrogate|weight-distances|mean-output|outputs|router-logits [--inputs X.npy] [--router R.npy] "
+     "[--router-bias b.npy] "
      "[--activation silu|gelu|gelu_tanh|relu] -o F.npy [--json]",
      0,
      0,
@@ -125,7 +135,7 @@ const command_registration expert_features_registration{command{
       {"--b1", true, "B1.npy: E x d_ff biases of W1"},
       {"--b3", true, "B3.npy: E x d_ff biases of W3"},
       {"--b2", true, "B2.npy: E x d biases of W2"},
-      {"--kind", true, "vectorized | surrogate | mean-output | outputs | router-logits (required)"},
+      {"--kind", true, "vectorized | surrogate | weight-distances | mean-output | outputs | router-logits (required)"},
       {"--inputs", true, "X.npy: n x d tokens (mean-output, outputs, router-logits)"},
       {"--router", true, "R.npy: E x d router weights (router-logits)"},
       {"--router-bias", true, "b.npy: E router biases (router-logits)"},
