@@ -865,6 +865,16 @@ TEST_CASE("compress_checkpoint: a BF16 layer read in place gives the float path'
     const compress::checkpoint_report r = compress::compress_checkpoint(
         ctx, p, o.checkpoint, o.m, compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration, writer);
     REQUIRE(r.ok());
+    // The in-place path on one thread writes the same bytes.
+    temp_dir one(std::string("compress_bf16_in_place_1_") + name);
+    io::safetensors_sharded_writer one_writer(one.path.string(), "model");
+    REQUIRE(compress::compress_checkpoint(moecomp::host_context(1), p, o.checkpoint, o.m,
+                                          compress::layout_of(repository_layouts(), o.m), o.config, &o.calibration,
+                                          one_writer)
+                .ok());
+    for (const auto& entry : std::filesystem::directory_iterator(out.path))
+      CHECK(moecomp_test::read_file(entry.path().string()) ==
+            moecomp_test::read_file((one.path / entry.path().filename()).string()));
     const io::safetensors_checkpoint written = io::open_safetensors_checkpoint(out.path.string());
     for (index_t l = 0; l < layers; ++l) {
       CAPTURE(l);
