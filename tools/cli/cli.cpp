@@ -361,10 +361,11 @@ moecomp::host_context make_context(const arguments& args) {
   const int cpus = usable_cpus();
   threads_used = threads == 0 || threads > cpus ? cpus : static_cast<int>(threads);
   moecomp::host_context ctx(threads_used);
-  const std::string matmul = args.value("--matmul").value_or("exact");
-  if (matmul != "exact" && matmul != "bf16")
-    throw usage_error("option --matmul: expected exact or bf16, got '" + matmul + "'");
-  ctx.matmul = moecomp::parse_matmul_precision(matmul);
+  try {  // the library's parser names the accepted values
+    ctx.matmul = moecomp::parse_matmul_precision(args.value("--matmul").value_or("exact"));
+  } catch (const moecomp::invalid_argument& e) {
+    throw usage_error(std::string("option --matmul: ") + e.what());
+  }
 #if defined(_OPENMP)
   // Start OpenMP's threads now, so that the commands' "seconds" time the library call and not the
   // process's one-time thread creation (an engine pays it once; torch's pool is warm in the peer scripts).

@@ -191,12 +191,17 @@ void allocate_own_stack(compressed_layer& c, index_t experts, index_t I, index_t
   own_stack_of<W>(c, 2).resize(static_cast<std::size_t>(experts * I * H));
 }
 
-/// The values converted to W (for bfloat16 rounded to nearest even; exact for values that came from bfloat16).
+/// `values` as W: the float vector itself, or for another W a converted copy kept in `copy` (for bfloat16 rounded
+/// to nearest even; exact for values that came from bfloat16).
 template <class W>
-std::vector<W> convert_all(const std::vector<float>& values) {
-  std::vector<W> out(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) out[i] = convert_to<W>(values[i]);
-  return out;
+const W* as_weight_type(const std::vector<float>& values, std::vector<W>& copy) {
+  if constexpr (std::is_same_v<W, float>) {
+    return values.data();
+  } else {
+    copy.resize(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) copy[i] = convert_to<W>(values[i]);
+    return copy.data();
+  }
 }
 
 /// Merges the groups `labels` of the layer's experts with `params`; the router rule decides whether the
@@ -426,12 +431,13 @@ compressed_layer resmoe_layer(const host_context& ctx, const compress_params& pa
   io::round_to_storage(r.w1.data(), r.w1.size(), expert_dtype);
   io::round_to_storage(r.w3.data(), r.w3.size(), expert_dtype);
   io::round_to_storage(r.w2.data(), r.w2.size(), expert_dtype);
-  // The base as W (for bfloat16, exactly the rounded values), so that base and experts share one type.
-  std::vector<W> base1 = convert_all<W>(r.w1), base3 = convert_all<W>(r.w3), base2 = convert_all<W>(r.w2);
+  // The base as W (float: r's vectors themselves; bfloat16: exactly the rounded values), so that base and experts
+  // share one type.
+  std::vector<W> base1, base3, base2;
   moe::ffn_expert_view<W> base;
-  base.w1 = matrix_view<const W>(base1.data(), I, H, H);
-  if (w.experts.gated()) base.w3 = matrix_view<const W>(base3.data(), I, H, H);
-  base.w2 = matrix_view<const W>(base2.data(), H, I, I);
+  base.w1 = matrix_view<const W>(as_weight_type(r.w1, base1), I, H, H);
+  if (w.experts.gated()) base.w3 = matrix_view<const W>(as_weight_type(r.w3, base3), I, H, H);
+  base.w2 = matrix_view<const W>(as_weight_type(r.w2, base2), H, I, I);
   r.residuals.resize(static_cast<std::size_t>(E));
   std::vector<double> squared_errors;
   std::vector<host_matrix<float>> svd_residuals;  // svd: each expert's stored residual, for the restore
