@@ -6,6 +6,8 @@
 //    correlation cost, the assignment.
 // The second expert is the first with its neurons shuffled and noise of half the weights' size added (related
 // experts, as after upcycling, but far from a clean permutation). Counters: flops of the cost GEMM.
+// bf16 storage runs twice: with exact products (the design rows widened to float) and with
+// host_context::matmul = bf16 (design rows kept bfloat16, bfloat16 dot products; the label says which).
 // The side-by-side against numpy + scipy is bench/peers/align_vs_scipy.py.
 #include <benchmark/benchmark.h>
 #include <moecomp/align/align.hpp>
@@ -13,6 +15,7 @@
 #include <moecomp/core/random.hpp>
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace {
@@ -73,7 +76,8 @@ template <class W>
 void BM_align_experts(benchmark::State& state) {
   const auto objective = static_cast<align::align_objective>(state.range(0));
   const expert_pair<W>& pair = the_pair<W>();
-  const moecomp::host_context ctx;
+  moecomp::host_context ctx;
+  ctx.matmul = static_cast<moecomp::matmul_precision>(state.range(1));
   align::align_params params;
   params.objective = objective;
   std::vector<index_t> p(d_ff);
@@ -87,17 +91,19 @@ void BM_align_experts(benchmark::State& state) {
   const double f = objective == align::align_objective::correlation ? double(tokens) : 3.0 * d;
   state.counters["cost_gemm_flops"] = benchmark::Counter(2.0 * d_ff * d_ff * f, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["objective"] = cost;
-  state.SetLabel(align::to_string(objective));
+  state.SetLabel(std::string(align::to_string(objective)) + ", matmul " + moecomp::to_string(ctx.matmul));
 }
 
+template <moecomp::matmul_precision... Precisions>
 void objectives(benchmark::internal::Benchmark* b) {
   for (auto o : {align::align_objective::weights, align::align_objective::inner, align::align_objective::correlation})
-    b->Arg(static_cast<int>(o));
+    for (auto precision : {Precisions...}) b->Args({static_cast<int>(o), static_cast<int>(precision)});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
-BENCHMARK_TEMPLATE(BM_align_experts, moecomp::bfloat16)->Apply(objectives);
-BENCHMARK_TEMPLATE(BM_align_experts, float)->Apply(objectives);
+BENCHMARK_TEMPLATE(BM_align_experts, moecomp::bfloat16)
+    ->Apply(objectives<moecomp::matmul_precision::exact, moecomp::matmul_precision::bf16>);
+BENCHMARK_TEMPLATE(BM_align_experts, float)->Apply(objectives<moecomp::matmul_precision::exact>);
 
 }  // namespace
 

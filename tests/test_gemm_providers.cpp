@@ -4,9 +4,12 @@
 // - float and bfloat16 GEMMs against a double-precision reference, within the float summation bound;
 // - that the results do not depend on the thread count (distances, expert forwards, the MoE layer);
 // - the bf16 matmul precision (docs/core.md, "Matmul precision") against the exact one, within its documented
-//   error, and that both products paths of the expert forward (panels, token tiles) honour it.
+//   error, and that both products paths of the expert forward (panels, token tiles) honour it, as do the
+//   alignment costs on design rows and the learned merge's pre-activations.
+#include <moecomp/align/align.hpp>
 #include <moecomp/core/gemm.hpp>
 #include <moecomp/distance/pairwise_distance.hpp>
+#include <moecomp/merge/merge.hpp>
 #include <moecomp/moe/layer.hpp>
 #include <moecomp/core/host_buffer.hpp>
 #include <moecomp/core/random.hpp>
@@ -238,6 +241,114 @@ TEST_CASE("bf16 matmul precision: the MoE layer and the expert forward within 1e
     CHECK(relative_max_error(e_bf16, e_exact) > 0);
     CHECK(moecomp_test::detail::differing_entries(run(moecomp::matmul_precision::bf16, 2), e_bf16) == 0);
   }
+}
+
+TEST_CASE("bf16 matmul precision: the Gram tiles of bfloat16 rows are exact products with float sums") {
+  // 300 x 260 outputs over 2 x 2 tiles of 256; the float result against the double sum of the exact products.
+  const index_t n = 300, m = 260, d = 130;
+  const auto a = random_values<bf16_t>(n * d, 31), b = random_values<bf16_t>(m * d, 32);
+  auto run = [&](const moecomp::host_context& ctx) {
+    std::vector<float> out(static_cast<std::size_t>(n * m));
+    moecomp::detail::gram_product<bf16_t>(ctx, moecomp::matrix_view<const bf16_t>(a.data(), n, d),
+                                          moecomp::matrix_view<const bf16_t>(b.data(), m, d),
+                                          moecomp::matrix_view<float>(out.data(), n, m));
+    return out;
+  };
+  CHECK(worst_bound_ratio(1.0f, a, d, b, d, n, m, d, run(moecomp::host_context(1)), m) < 1.0);
+  moecomp_test::check_same_at_thread_counts(run);
+}
+
+TEST_CASE("bf16 matmul precision: aligning bfloat16 experts by their design rows finds the exact path's matching") {
+  // Two gated bfloat16 experts of 300 neurons (design rows of 3 x 64 values, 2 x 2 Gram tiles). Under bf16 the
+  // design rows stay bfloat16 and only the order of the cost's float sums changes, so the matching and its cost
+  // (recomputed from the rows in double) are the exact path's.
+  const index_t d = 64, d_ff = 300;
+  const auto w1 = random_values<bf16_t>(2 * d_ff * d, 41, 0.125), w3 = random_values<bf16_t>(2 * d_ff * d, 42, 0.125);
+  const auto w2 = random_values<bf16_t>(2 * d * d_ff, 43, 0.06);
+  const moe::ffn_expert_stack_view<bf16_t> stack{moecomp::make_matrix_stack_view(w1.data(), 2, d_ff, d),
+                                                 moecomp::make_matrix_stack_view(w3.data(), 2, d_ff, d),
+                                                 moecomp::make_matrix_stack_view(w2.data(), 2, d, d_ff), {}, {}, {}};
+  for (auto objective : {moecomp::align::align_objective::weights, moecomp::align::align_objective::inner}) {
+    CAPTURE(moecomp::align::to_string(objective));
+    moecomp::align::align_params params;
+    params.objective = objective;
+    auto run = [&](moecomp::host_context ctx, moecomp::matmul_precision precision) {
+      ctx.matmul = precision;
+      std::vector<index_t> p(static_cast<std::size_t>(d_ff));
+      const auto r = moecomp::align::align_experts<bf16_t>(ctx, params, stack.expert(0), stack.expert(1), {},
+                                                           moecomp::make_vector_view(p.data(), d_ff));
+      CHECK(r.ok());
+      return std::make_tuple(p, std::vector<double>{r.cost});
+    };
+    const auto exact = run(moecomp::host_context(1), moecomp::matmul_precision::exact);
+    const auto bf16 = run(moecomp::host_context(1), moecomp::matmul_precision::bf16);
+    CHECK(std::get<0>(bf16) == std::get<0>(exact));
+    CHECK(std::get<1>(bf16) == std::get<1>(exact));
+    moecomp_test::check_same_at_thread_counts(
+        [&](const moecomp::host_context& ctx) { return run(ctx, moecomp::matmul_precision::bf16); });
+  }
+  // A planted matching: expert 0 with its neurons shuffled is aligned back to expert 0 exactly.
+  std::vector<index_t> shuffle(static_cast<std::size_t>(d_ff));
+  for (index_t i = 0; i < d_ff; ++i) shuffle[static_cast<std::size_t>(i)] = (i * 7 + 3) % d_ff;
+  std::vector<bf16_t> s1(static_cast<std::size_t>(d_ff * d)), s3(s1.size()), s2(s1.size());
+  const moe::ffn_expert_mutable_view<bf16_t> shuffled{moecomp::matrix_view<bf16_t>(s1.data(), d_ff, d),
+                                                      moecomp::matrix_view<bf16_t>(s3.data(), d_ff, d),
+                                                      moecomp::matrix_view<bf16_t>(s2.data(), d, d_ff), {}, {}, {}};
+  moecomp::align::permute_neurons<bf16_t>(moecomp::host_context(1), stack.expert(0),
+                                          moecomp::make_vector_view<const index_t>(shuffle.data(), d_ff), shuffled);
+  moecomp::host_context ctx(2);
+  ctx.matmul = moecomp::matmul_precision::bf16;
+  std::vector<index_t> p(static_cast<std::size_t>(d_ff));
+  const auto r = moecomp::align::align_experts<bf16_t>(ctx, {}, stack.expert(0), shuffled.as_const(), {},
+                                                       moecomp::make_vector_view(p.data(), d_ff));
+  CHECK(r.cost == 0.0);
+  for (index_t i = 0; i < d_ff; ++i) CHECK(shuffle[static_cast<std::size_t>(p[static_cast<std::size_t>(i)])] == i);
+}
+
+TEST_CASE("bf16 matmul precision: the learned merge of bfloat16 experts stays within 1e-2 of the exact path") {
+  // Experts 0, 2 and 5 of the bfloat16 layer merged with learned coefficients on 300 tokens: under bf16 the
+  // tokens are rounded to bfloat16 for the pre-activations x W1^T and x W3^T, so the objective and the
+  // coefficients move by the activations' rounding only.
+  const bf16_layer layer;
+  const auto x = random_values<float>(300 * layer.d, 51);
+  const std::vector<std::int64_t> groups{0, 1, 0, 2, 3, 0, 4, 5};
+  auto run = [&](moecomp::host_context ctx, moecomp::matmul_precision precision) {
+    ctx.matmul = precision;
+    moecomp::merge::merge_params params;
+    params.method = moecomp::merge::merge_method::learned;
+    moecomp::merge::merge_data<float> data;
+    data.x = moecomp::matrix_view<const float>(x.data(), 300, layer.d);
+    std::vector<bf16_t> o1(static_cast<std::size_t>(6 * layer.d_ff * layer.d)), o3(o1.size()), o2(o1.size());
+    std::vector<float> router(static_cast<std::size_t>(6 * layer.d));
+    std::vector<std::int64_t> map(8);
+    const moecomp::merge::merge_outputs<bf16_t> out{
+        {moecomp::make_matrix_stack_view(o1.data(), 6, layer.d_ff, layer.d),
+         moecomp::make_matrix_stack_view(o3.data(), 6, layer.d_ff, layer.d),
+         moecomp::make_matrix_stack_view(o2.data(), 6, layer.d, layer.d_ff), {}, {}, {}},
+        moecomp::matrix_view<float>(router.data(), 6, layer.d),
+        moecomp::make_vector_view(map.data(), 8)};
+    data.router = moecomp::matrix_view<const float>(layer.router.data(), layer.e, layer.d);
+    const auto report = moecomp::merge::merge_experts<bf16_t>(
+        ctx, params, layer.view().experts, moecomp::make_vector_view<const std::int64_t>(groups.data(), 8), data, out);
+    CHECK(report.ok());
+    std::vector<std::uint16_t> bits;  // the merged experts' bytes
+    for (const auto* v : {&o1, &o3, &o2})
+      for (bf16_t w : *v) bits.push_back(w.bits);
+    return std::make_tuple(report.coefficients, std::vector<double>{report.groups[0].objective_final}, bits);
+  };
+  const auto exact = run(moecomp::host_context(1), moecomp::matmul_precision::exact);
+  const auto bf16 = run(moecomp::host_context(1), moecomp::matmul_precision::bf16);
+  const double objective_exact = std::get<1>(exact)[0], objective_bf16 = std::get<1>(bf16)[0];
+  MESSAGE("learned merge objective: exact " << objective_exact << ", bf16 " << objective_bf16);
+  CHECK(std::fabs(objective_bf16 - objective_exact) <= 1e-2 * objective_exact);
+  CHECK(objective_bf16 != objective_exact);  // the tokens were rounded: the paths differ
+  double coefficient_gap = 0;
+  for (std::size_t e : {std::size_t{0}, std::size_t{2}, std::size_t{5}})
+    coefficient_gap = std::max(coefficient_gap, std::fabs(std::get<0>(bf16)[e] - std::get<0>(exact)[e]));
+  MESSAGE("learned coefficients: largest change " << coefficient_gap);
+  CHECK(coefficient_gap <= 1e-2);
+  moecomp_test::check_same_at_thread_counts(
+      [&](const moecomp::host_context& ctx) { return run(ctx, moecomp::matmul_precision::bf16); });
 }
 
 TEST_CASE("matmul_precision: names round-trip, others are refused naming the choices") {

@@ -119,7 +119,8 @@ void pearson_correlation(const host_context& ctx, moecomp::detail::type_identity
 /// p[i] = the expert's neuron matched to the reference's neuron i (p: d_ff entries). weights / inner compare
 /// design rows (x unused, may be empty); correlation compares the hidden activations of both experts on the
 /// tokens x (n x d in accumulator_t<W>, n >= 2; params.forward runs them). The experts must have one shape
-/// (d_ff, d, gated, the same biases).
+/// (d_ff, d, gated, the same biases). With bfloat16 experts and ctx.matmul == bf16, weights / inner keep the design
+/// rows in bfloat16 and take the cost's cross term from bfloat16 dot products (docs/align.md, "Matmul precision").
 template <class W>
 align_result align_experts(const host_context& ctx, const align_params& params, const moe::ffn_expert_view<W>& reference,
                            const moe::ffn_expert_view<W>& expert,
@@ -147,6 +148,22 @@ align_result align_experts(const host_context& ctx, const align_params& params, 
     return align_activations<A>(ctx, hav, hbv, p);
   }
   const index_t f = design_width(reference);
+  if constexpr (std::is_same_v<W, bfloat16>) {
+    if (ctx.matmul == matmul_precision::bf16) {
+      // The design rows stay bfloat16 (their values are the weights', exactly) and the cost's cross term comes
+      // from bfloat16 dot products: the products are the float path's, only the order of the float sums differs.
+      moecomp::detail::host_workspace<bfloat16> da(ctx, static_cast<std::size_t>(d_ff * f));
+      moecomp::detail::host_workspace<bfloat16> db(ctx, static_cast<std::size_t>(d_ff * f));
+      const matrix_view<bfloat16> dav(da.data(), d_ff, f, f), dbv(db.data(), d_ff, f, f);
+      detail::fill_design<W, bfloat16>(ctx, reference, dav);
+      detail::fill_design<W, bfloat16>(ctx, expert, dbv);
+      // The checks and messages of align_rows, which the float path calls.
+      detail::check_row_objective("align_rows", params.objective);
+      moecomp::detail::check_finite("align_rows", "a", matrix_view<const bfloat16>(dav), ctx.threads());
+      moecomp::detail::check_finite("align_rows", "b", matrix_view<const bfloat16>(dbv), ctx.threads());
+      return detail::align_rows_host<bfloat16>(ctx, params.objective, dav, dbv, p);
+    }
+  }
   moecomp::detail::host_workspace<A> da(ctx, static_cast<std::size_t>(d_ff * f));
   moecomp::detail::host_workspace<A> db(ctx, static_cast<std::size_t>(d_ff * f));
   const matrix_view<A> dav(da.data(), d_ff, f, f), dbv(db.data(), d_ff, f, f);

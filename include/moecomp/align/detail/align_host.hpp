@@ -58,26 +58,32 @@ std::vector<double> squared_norms(const host_context& ctx, matrix_view<const T> 
   moecomp::detail::parallel_for(x.rows(), ctx.threads(), [&](index_t i, int) {
     double s = 0;
     const T* row = x.row_ptr(i);
-    for (index_t k = 0; k < x.cols(); ++k) s += static_cast<double>(row[k]) * static_cast<double>(row[k]);
+    for (index_t k = 0; k < x.cols(); ++k) s += convert_to<double>(row[k]) * convert_to<double>(row[k]);
     out[static_cast<std::size_t>(i)] = s;
   });
   return out;
 }
 
-/// cost (n x m) = ||a_i||^2 + ||b_j||^2 - 2 a_i . b_j, clamped at 0: the norms in double, the cross term from the
-/// Gram tiles in T. The assignment depends on the cross term alone (the norms add a constant per row and per
-/// column to every assignment's total), so it is exactly as precise as the inner objective's.
+/// The cost matrix's type for rows of T: T, or float for bfloat16 rows (the bfloat16 GEMM's float sums).
 template <class T>
-void squared_distances(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b, matrix_view<T> cost) {
+using cost_t = moecomp::detail::gram_value_t<T>;
+
+/// cost (n x m) = ||a_i||^2 + ||b_j||^2 - 2 a_i . b_j, clamped at 0: the norms in double, the cross term from the
+/// Gram tiles in cost_t<T>. The assignment depends on the cross term alone (the norms add a constant per row and
+/// per column to every assignment's total), so it is exactly as precise as the inner objective's.
+template <class T>
+void squared_distances(const host_context& ctx, matrix_view<const T> a, matrix_view<const T> b,
+                       matrix_view<cost_t<T>> cost) {
+  using C = cost_t<T>;
   const std::vector<double> na = squared_norms(ctx, a), nb = squared_norms(ctx, b);
-  moecomp::detail::for_each_gram_tile<T>(ctx, a, b, false, [&](index_t row0, index_t col0, matrix_view<const T> tile) {
+  moecomp::detail::for_each_gram_tile<T>(ctx, a, b, false, [&](index_t row0, index_t col0, matrix_view<const C> tile) {
     for (index_t r = 0; r < tile.rows(); ++r) {
       const double ni = na[static_cast<std::size_t>(row0 + r)];
       const double* nj = nb.data() + col0;
-      const T* g = tile.row_ptr(r);
-      T* out = cost.row_ptr(row0 + r) + col0;
+      const C* g = tile.row_ptr(r);
+      C* out = cost.row_ptr(row0 + r) + col0;
       for (index_t c = 0; c < tile.cols(); ++c)
-        out[c] = static_cast<T>(clamped_squared_distance(ni, nj[c], static_cast<double>(g[c])));
+        out[c] = static_cast<C>(clamped_squared_distance(ni, nj[c], static_cast<double>(g[c])));
     }
   });
 }
@@ -93,20 +99,22 @@ align_result solve(const host_context& ctx, matrix_view<const T> cost, bool maxi
   return out;
 }
 
-/// Rows of a against rows of b (objective weights or inner).
+/// Rows of a against rows of b (objective weights or inner). bfloat16 rows (design rows of bfloat16 experts under
+/// matmul_precision::bf16) give a float cost matrix from the bfloat16 GEMM.
 template <class T>
 align_result align_rows_host(const host_context& ctx, align_objective objective, matrix_view<const T> a,
                              matrix_view<const T> b, vector_view<index_t> p) {
+  using C = cost_t<T>;
   const index_t n = a.rows(), m = b.rows(), f = a.cols();
-  moecomp::detail::host_workspace<T> storage(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(m));
-  const matrix_view<T> cost(storage.data(), n, m, m);
+  moecomp::detail::host_workspace<C> storage(ctx, static_cast<std::size_t>(n) * static_cast<std::size_t>(m));
+  const matrix_view<C> cost(storage.data(), n, m, m);
   const bool maximize = objective == align_objective::inner;
   if (maximize) {
     moecomp::detail::gram_product<T>(ctx, a, b, cost);
   } else {
     squared_distances<T>(ctx, a, b, cost);
   }
-  align_result out = solve<T>(ctx, cost, maximize, p);
+  align_result out = solve<C>(ctx, cost, maximize, p);
   if (!out.ok()) return out;
   // The reported objective from the rows themselves, in double (not from the rounded cost entries).
   for (index_t i = 0; i < n; ++i)

@@ -324,10 +324,33 @@ class learned_problem {
         return matrix_view<const A>(converted.data(), w.rows(), w.cols(), w.cols());
       }
     };
+    // With bfloat16 weights under matmul_precision::bf16 the tokens are rounded to bfloat16 once and multiplied
+    // with W1 and W3 as stored (the expert forward's contract): no weight is widened.
+    bool narrow_products = false;
+    (void)narrow_products;  // read only for bfloat16 weights
+    host_workspace<bfloat16> narrow(ctx, 0);
+    if constexpr (std::is_same_v<W, bfloat16>) {
+      narrow_products = ctx.matmul == matmul_precision::bf16;
+      if (narrow_products) {
+        narrow = host_workspace<bfloat16>(ctx, td());
+        for (index_t r = 0; r < t_; ++r)
+          for (index_t c = 0; c < d_; ++c) narrow.data()[r * d_ + c] = bfloat16(static_cast<float>(xg(r, c)));
+      }
+    }
+    const auto pre_activation = [&](matrix_view<const W> w, A* out) {
+      const matrix_view<A> product(out, t_, f_, f_);
+      if constexpr (std::is_same_v<W, bfloat16>) {
+        if (narrow_products) {
+          moecomp::detail::gram_product<bfloat16>(ctx, matrix_view<const bfloat16>(narrow.data(), t_, d_, d_), w, product);
+          return;
+        }
+      }
+      moecomp::detail::gram_product<A>(ctx, xg, as_a(w), product);
+    };
     for (std::size_t i = 0; i < n_; ++i) {
       const moe::ffn_expert_view<W> e = experts.expert(members[i]);
-      moecomp::detail::gram_product<A>(ctx, xg, as_a(e.w1), matrix_view<A>(pre1_.data() + i * tf(), t_, f_, f_));
-      if (gated_) moecomp::detail::gram_product<A>(ctx, xg, as_a(e.w3), matrix_view<A>(pre3_.data() + i * tf(), t_, f_, f_));
+      pre_activation(e.w1, pre1_.data() + i * tf());
+      if (gated_) pre_activation(e.w3, pre3_.data() + i * tf());
       add_bias(pre1_.data() + i * tf(), e.b1);
       if (gated_) add_bias(pre3_.data() + i * tf(), e.b3);
       A* w2 = w2_.data() + i * df();
