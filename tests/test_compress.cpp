@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -1233,4 +1234,171 @@ TEST_CASE("compress_checkpoint: m-smoe and cka-merge's router map keep config.js
       CHECK(report["options"]["augment"] == 0);
     }
   }
+}
+
+namespace {
+
+/// Every file under `root` (recursively), by relative path, with its bytes.
+std::map<std::string, std::string> directory_files(const std::filesystem::path& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root))
+    if (entry.is_regular_file())
+      files[std::filesystem::relative(entry.path(), root).string()] = moecomp_test::read_file(entry.path().string());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("one checkpoint from two processes: compress_checkpoint_layers and finish_checkpoint write compress_checkpoint's bytes") {
+  // "Process" 1 compresses layer 0 with its own writers and releases the shards; process 0 compresses layer 1,
+  // receives layer 0's report as JSON, adopts its shards and finishes. Every file equals one run's, byte for byte.
+  const opened o(planted_model(false, false), "compress_parts");
+  struct run_case {
+    compress::method how;
+    bool global, restore_dense;
+  };
+  for (const run_case rc : {run_case{compress::method::prune, false, false}, run_case{compress::method::prune, true, false},
+                            run_case{compress::method::hc_smoe, false, false}, run_case{compress::method::cka_merge, false, false},
+                            run_case{compress::method::m_smoe, false, false}, run_case{compress::method::resmoe, false, true}}) {
+    const std::string name = std::string(compress::to_string(rc.how)) + (rc.global ? "_global" : "");
+    CAPTURE(name);
+    compress::compress_params p;
+    p.method = rc.how;
+    p.experts = rc.how == compress::method::resmoe ? 0 : 4;
+    p.global = rc.global;
+    p.restore_dense = rc.restore_dense;
+    p = compress::resolved_params(p, o.m, true, compress::expert_dtype_of(o.checkpoint, o.m));
+    const auto& layout = compress::layout_of(repository_layouts(), o.m);
+    const moecomp::host_context ctx(2);
+
+    temp_dir one("compress_parts_one_" + name);
+    std::filesystem::create_directory(one.path / "dense");
+    compress::checkpoint_report whole;
+    {
+      io::safetensors_sharded_writer writer(one.path.string(), "model"), dense((one.path / "dense").string(), "model");
+      whole = compress::compress_checkpoint(ctx, p, o.checkpoint, o.m, layout, o.config, &o.calibration, writer, &dense);
+      REQUIRE(whole.ok());
+    }
+
+    temp_dir split("compress_parts_split_" + name);
+    std::filesystem::create_directory(split.path / "dense");
+    std::string layer0_record;  // what process 1 sends to process 0
+    {
+      io::safetensors_sharded_writer writer(split.path.string(), "model"), dense((split.path / "dense").string(), "model");
+      const compress::checkpoint_report part =
+          compress::compress_checkpoint_layers(ctx, p, o.checkpoint, o.m, &o.calibration, {0}, writer, &dense);
+      REQUIRE(part.ok());
+      REQUIRE(part.layers.size() == 1);
+      CHECK(writer.release() == std::vector<std::size_t>{0});
+      (void)dense.release();
+      layer0_record = compress::layer_report_json(part.layers[0]).dump();
+    }  // released: process 1's shards stay
+    compress::checkpoint_report finished;
+    {
+      io::safetensors_sharded_writer writer(split.path.string(), "model"), dense((split.path / "dense").string(), "model");
+      const compress::checkpoint_report part =
+          compress::compress_checkpoint_layers(ctx, p, o.checkpoint, o.m, &o.calibration, {1}, writer, &dense);
+      REQUIRE(part.ok());
+      std::vector<compress::layer_report> every{compress::parse_layer_report(nlohmann::ordered_json::parse(layer0_record)),
+                                                part.layers[0]};
+      finished = compress::finish_checkpoint(ctx, p, o.checkpoint, o.m, layout, o.config, every, writer, &dense);
+      REQUIRE(finished.ok());
+    }
+    CHECK(finished.config_json == whole.config_json);
+    CHECK(finished.dense_config_json == whole.dense_config_json);
+    CHECK(finished.bytes_before == whole.bytes_before);
+    CHECK(finished.bytes_after == whole.bytes_after);
+    CHECK(finished.bytes_written == whole.bytes_written);
+    CHECK(finished.parameters_before == whole.parameters_before);
+    CHECK(finished.criterion == whole.criterion);
+    const auto want = directory_files(one.path), got = directory_files(split.path);
+    CHECK(want.size() >= 3);  // two layer shards and the rest, and the index
+    for (const auto& [file, bytes] : want) {
+      CAPTURE(file);
+      REQUIRE(got.count(file) == 1);
+      CHECK(got.at(file) == bytes);
+    }
+    CHECK(got.size() == want.size());
+    // The layer reports came through JSON unchanged (all but the clocks, which no two runs share).
+    for (std::size_t l = 0; l < 2; ++l) {
+      auto untimed = [](compress::layer_report r) {
+        r.steps_seconds.clear();
+        r.seconds = 0;
+        return compress::layer_report_json(r);
+      };
+      CHECK(untimed(finished.layers[l]) == untimed(whole.layers[l]));
+    }
+  }
+}
+
+TEST_CASE("assign_layers: the largest layers first, each to the lightest part, ties to the lower index") {
+  using parts = std::vector<std::vector<index_t>>;
+  CHECK(compress::assign_layers({10, 10, 10, 10}, 2) == parts{{0, 2}, {1, 3}});
+  CHECK(compress::assign_layers({5, 30, 10, 20}, 2) == parts{{0, 1}, {2, 3}});  // 30 | 20, 10 | 5 to the tie's first
+  CHECK(compress::assign_layers({5, 40, 10, 20}, 2) == parts{{1}, {0, 2, 3}});  // 40 | 20 + 10 + 5
+  CHECK(compress::assign_layers({7, 7}, 3) == parts{{0}, {1}, {}});
+  CHECK(compress::assign_layers({}, 2) == parts{{}, {}});
+  CHECK(compress::assign_layers({1, 2, 3}, 1) == parts{{0, 1, 2}});
+  CHECK(moecomp_test::thrown_message([] { (void)compress::assign_layers({1}, 0); }) ==
+        "assign_layers: parts must be >= 1, got 0");
+}
+
+TEST_CASE("layer reports through JSON: every field, non-finite numbers included; a bad record names its field") {
+  compress::layer_report l;
+  l.layer = "model.layers.3.mlp";
+  l.experts = 8;
+  l.groups = {0, 1, 0};
+  l.group_merge_errors = {0.25, std::numeric_limits<double>::quiet_NaN()};
+  l.scores = {-std::numeric_limits<double>::infinity(), 1.0 / 3.0};
+  l.formats = {{"bitmap", "-", "csr"}};
+  l.residual_bytes = {1ULL << 40};
+  l.barycenter_status = moecomp::status::iteration_limit;
+  l.steps_seconds = {{"loading", 0.125}, {"merging", 2.5}};
+  l.output_relative_error = std::numeric_limits<double>::quiet_NaN();
+  const compress::layer_report back =
+      compress::parse_layer_report(nlohmann::ordered_json::parse(compress::layer_report_json(l).dump()));
+  CHECK(compress::layer_report_json(back) == compress::layer_report_json(l));
+  CHECK(back.scores[1] == 1.0 / 3.0);  // 17 significant digits: the double itself
+  CHECK(std::isnan(back.group_merge_errors[1]));
+  CHECK(back.barycenter_status == moecomp::status::iteration_limit);
+  nlohmann::ordered_json bad = compress::layer_report_json(l);
+  bad.erase("kept");
+  CHECK(io_error_message([&] { (void)compress::parse_layer_report(bad); }) == "parse_layer_report: kept must be present");
+  bad = compress::layer_report_json(l);
+  bad["experts"] = "eight";
+  CHECK(io_error_message([&] { (void)compress::parse_layer_report(bad); }) ==
+        "parse_layer_report: experts must be an integer");
+}
+
+TEST_CASE("safetensors_sharded_writer: shards at positions, adopted from another writer, released, gaps refused") {
+  temp_dir dir("sharded_writer_parts");
+  const std::vector<float> v{1.0f, 2.0f};
+  const auto entry = [&](const std::string& name) {
+    return io::safetensors_entry::of(name, moecomp::make_vector_view<const float>(v.data(), 2));
+  };
+  {
+    io::safetensors_sharded_writer other(dir.path.string());
+    other.write_shard_at(1, {entry("b")});
+    CHECK(other.release() == std::vector<std::size_t>{1});
+    CHECK(moecomp_test::thrown_message([&] { other.write_shard({entry("c")}); }) ==
+          "safetensors_sharded_writer::write_shard: the writer is finished (or released)");
+  }
+  CHECK(std::filesystem::exists(dir.path / "model.part-2.safetensors"));  // released: not removed
+  io::safetensors_sharded_writer writer(dir.path.string());
+  writer.write_shard_at(0, {entry("a")});
+  CHECK(moecomp_test::thrown_message([&] { writer.write_shard_at(0, {entry("x")}); }) ==
+        "safetensors_sharded_writer::write_shard: the writer already holds shard 0");
+  CHECK(io_error_message([&] { writer.adopt_shard(3); }) ==
+        "safetensors_sharded_writer::adopt_shard: shard 3 ('" + (dir.path / "model.part-4.safetensors").string() +
+            "') was not written: no such regular file");
+  writer.write_shard_at(2, {entry("c")});
+  CHECK(moecomp_test::thrown_message([&] { (void)writer.finish(); }) ==
+        "safetensors_sharded_writer::finish: shards must be positions 0 to 1 without a gap, got a shard at position 2");
+  writer.adopt_shard(1);
+  CHECK(writer.holds_shard(1));
+  const std::vector<std::string> files = writer.finish();
+  REQUIRE(files.size() == 4);
+  const io::safetensors_checkpoint back = io::open_safetensors_checkpoint(dir.path.string());
+  CHECK(back.names() == std::vector<std::string>{"a", "b", "c"});
+  CHECK(back.tensor("b").to_vector<float>() == v);
 }

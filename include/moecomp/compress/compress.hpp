@@ -14,6 +14,12 @@
 //                                                             (io::safetensors_sharded_writer); the other tensors;
 //                                                             the output's config.json text in the report
 //   compress_dense_checkpoint(...)                            the same for moefy on a dense checkpoint
+//   assign_layers(layer_bytes(checkpoint, model), parts)      the MoE layers spread over parts (processes) by bytes
+//   compress_checkpoint_layers(..., layers, writer, ...)      some layers only, each written as its own shard
+//   finish_checkpoint(..., every layer's report, writer, ...) the rest of the run, once every layer's shard is in
+//                                                             the directory (the others' adopted): one checkpoint
+//                                                             from several processes (docs/compress.md)
+//   layer_report_json(report) / parse_layer_report(json)      a layer's report to another process and back
 //   report_json(report, model, calibration, seconds, peak_rss_bytes)
 //                                                             the report as compression_report.json holds it
 //
@@ -177,18 +183,83 @@ inline checkpoint_report compress_checkpoint(const host_context& ctx, const comp
                                              const io::safetensors_file* calibration, io::safetensors_sharded_writer& writer,
                                              io::safetensors_sharded_writer* dense_writer = nullptr,
                                              const compress_observer& observer = {}) {
-  MOECOMP_EXPECTS(!splits_dense(params.method),
-                  "compress_checkpoint: params.method must be a method for MoE checkpoints, got ", to_string(params.method),
-                  " "
-                  "(compress_dense_checkpoint splits dense ones)");
-  MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= m.num_experts,
-                  "compress_checkpoint: params must be resolved (resolved_params), got params.experts ", params.experts);
-  MOECOMP_EXPECTS(!params.restore_dense || dense_writer != nullptr,
-                  "compress_checkpoint: params.restore_dense needs a dense_writer");
-  detail::check_checkpoint_dtypes(checkpoint, m);
+  detail::check_checkpoint_call("compress_checkpoint", params, checkpoint, m, dense_writer != nullptr);
   return detail::compress_checkpoint_host(ctx, params, checkpoint, m, layout, config_text, calibration, writer,
                                           params.restore_dense ? dense_writer : nullptr, observer);
 }
+
+/// Each MoE layer's bytes in `checkpoint`: the sizes of the tensors its compression reads (router, experts, shared
+/// expert), in layer order. What assign_layers balances.
+inline std::vector<std::uint64_t> layer_bytes(const io::safetensors_checkpoint& checkpoint, const model::moe_model& m) {
+  std::vector<std::uint64_t> bytes;
+  bytes.reserve(m.layers.size());
+  for (const model::moe_layer_names& names : m.layers) {
+    std::uint64_t b = 0;
+    for (const std::string& n : names.tensor_names()) b += detail::tensor_bytes(checkpoint, n);
+    bytes.push_back(b);
+  }
+  return bytes;
+}
+
+/// The layers 0 .. n - 1 (n = bytes.size()) spread over `parts` processes, balanced by bytes: the largest layer
+/// first (ties: the lower index) to the part with the fewest bytes so far (ties: the lower part); each part's
+/// layers ascending. Deterministic; a part gets no layer when parts > n. O(n log n + n parts).
+inline std::vector<std::vector<index_t>> assign_layers(const std::vector<std::uint64_t>& bytes, index_t parts) {
+  MOECOMP_EXPECTS(parts >= 1, "assign_layers: parts must be >= 1, got ", parts);
+  return detail::assign_layers(bytes, parts);
+}
+
+/// Part of a compress_checkpoint run, for one of several processes (docs/compress.md, "One checkpoint from
+/// several processes"): the MoE layers `layers` (distinct indices into m.layers, ascending) compressed as
+/// compress_checkpoint compresses them, layer i written as shard i of `writer` (and of `dense_writer` with
+/// params.restore_dense); the other tensors, config.json and the writer's finish are left to finish_checkpoint.
+/// The report holds those layers (in the order given) and their totals; a layer's numerical failure or the
+/// observer's stop ends the part as compress_checkpoint's run ends. With params.global each part computes every
+/// layer's scores (the allocation spans the layers). The same checks as compress_checkpoint.
+inline checkpoint_report compress_checkpoint_layers(const host_context& ctx, const compress_params& params,
+                                                    const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                                    const io::safetensors_file* calibration,
+                                                    const std::vector<index_t>& layers,
+                                                    io::safetensors_sharded_writer& writer,
+                                                    io::safetensors_sharded_writer* dense_writer = nullptr,
+                                                    const compress_observer& observer = {}) {
+  constexpr const char* fn = "compress_checkpoint_layers";
+  detail::check_checkpoint_call(fn, params, checkpoint, m, dense_writer != nullptr);
+  const index_t L = static_cast<index_t>(m.layers.size());
+  for (std::size_t k = 0; k < layers.size(); ++k)
+    MOECOMP_EXPECTS(layers[k] >= 0 && layers[k] < L && (k == 0 || layers[k] > layers[k - 1]), fn,
+                    ": layers must be ascending distinct layer indices in [0, ", L, "), got ", layers[k], " at position ", k);
+  return detail::compress_layers_host(ctx, params, checkpoint, m, calibration, layers, writer,
+                                      params.restore_dense ? dense_writer : nullptr, observer);
+}
+
+/// The end of a run whose layers were compressed by compress_checkpoint_layers, here or in other processes: every
+/// layer's shard that `writer` (and `dense_writer`) does not hold is adopted from the writer's directory (where
+/// the other processes wrote and released them), the other tensors are written as shard L, the writers are
+/// finished, and the report gets the totals and config.json's text as compress_checkpoint's. `layers`: every
+/// layer's report, in layer order (parse_layer_report brings them from other processes). The checkpoint is the
+/// same bytes as one compress_checkpoint call writes. io_error when a layer's shard is missing from the directory.
+inline checkpoint_report finish_checkpoint(const host_context& ctx, const compress_params& params,
+                                           const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                           const model::checkpoint_layout& layout, const std::string& config_text,
+                                           std::vector<layer_report> layers, io::safetensors_sharded_writer& writer,
+                                           io::safetensors_sharded_writer* dense_writer = nullptr,
+                                           const compress_observer& observer = {}) {
+  constexpr const char* fn = "finish_checkpoint";
+  detail::check_checkpoint_call(fn, params, checkpoint, m, dense_writer != nullptr);
+  MOECOMP_EXPECTS(layers.size() == m.layers.size(), fn, ": layers must hold every MoE layer's report (",
+                  m.layers.size(), "), got ", layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    MOECOMP_EXPECTS(layers[i].layer == detail::layer_prefix(m.layers[i]), fn, ": layers[", i, "] must be layer '",
+                    detail::layer_prefix(m.layers[i]), "', got '", layers[i].layer, "'");
+  return detail::finish_checkpoint_host(ctx, params, checkpoint, m, layout, config_text, std::move(layers), writer,
+                                        params.restore_dense ? dense_writer : nullptr, observer);
+}
+
+/// A layer's report as JSON for another process (every field, lossless: non-finite numbers as "nan", "inf",
+/// "-inf"), and back. parse_layer_report throws io_error naming the field for a record of another shape.
+inline nlohmann::ordered_json layer_report_json(const layer_report& report) { return detail::layer_report_json(report); }
+inline layer_report parse_layer_report(const nlohmann::ordered_json& record) { return detail::parse_layer_report(record); }
 
 /// moefy and sadmoe: every dense FFN of `checkpoint` split into params.experts equal experts (params resolved by
 /// resolved_dense_params), written as the same architecture with each FFN's neurons permuted so that expert e is

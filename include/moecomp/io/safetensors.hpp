@@ -682,6 +682,11 @@ inline safetensors_checkpoint open_safetensors_checkpoint(const std::string& pat
 /// index. One shard becomes `<prefix>.safetensors` with no index; n shards become
 /// `<prefix>-0000i-of-0000n.safetensors` plus `<prefix>.safetensors.index.json` ({"metadata":
 /// {"total_size": tensor bytes}, "weight_map": {...}}). Files of an unfinished writer are removed.
+///
+/// Several processes can write one checkpoint (docs/io.md, "One checkpoint from several processes"): each
+/// writes its shards at fixed positions (write_shard_at) into the same directory and gives them up (release);
+/// one of them takes the others' shards over (adopt_shard) and finishes. A shard at position k is the file
+/// `<prefix>.part-<k + 1>.safetensors` until finish() renames it.
 class safetensors_sharded_writer {
  public:
   /// `directory` must exist; `prefix` is the files' stem ("model").
@@ -697,60 +702,112 @@ class safetensors_sharded_writer {
   safetensors_sharded_writer& operator=(const safetensors_sharded_writer&) = delete;
   ~safetensors_sharded_writer() {
     if (finished_) return;
-    for (const std::string& f : files_) std::remove(f.c_str());
+    for (const auto& [position, shard] : shards_) std::remove(shard.file.c_str());
   }
 
-  /// Writes `entries` (names unique across all shards) as the next shard, with `metadata` in its header.
+  /// Writes `entries` (names unique across all shards) as the next shard (after the highest position held),
+  /// with `metadata` in its header.
   void write_shard(const std::vector<safetensors_entry>& entries, const std::map<std::string, std::string>& metadata = {}) {
-    MOECOMP_EXPECTS(!finished_, "safetensors_sharded_writer::write_shard: the writer is finished");
+    write_shard_at(shards_.empty() ? 0 : shards_.rbegin()->first + 1, entries, metadata);
+  }
+
+  /// Writes `entries` as the shard at `position` (0-based), which this writer must not hold yet.
+  void write_shard_at(std::size_t position, const std::vector<safetensors_entry>& entries,
+                      const std::map<std::string, std::string>& metadata = {}) {
+    constexpr const char* fn = "safetensors_sharded_writer::write_shard";
+    check_open(fn, position);
     for (const auto& e : entries)
-      MOECOMP_EXPECTS(shard_of_.count(e.name) == 0, "safetensors_sharded_writer::write_shard: tensor names must be "
-                      "unique across shards, got '", e.name, "' again");
-    const std::string file =
-        (std::filesystem::path(directory_) / (prefix_ + ".part-" + std::to_string(files_.size() + 1) + ".safetensors"))
-            .string();
+      MOECOMP_EXPECTS(shard_of_.count(e.name) == 0, fn, ": tensor names must be unique across shards, got '", e.name,
+                      "' again");
+    const std::string file = part_path(position);
     write_safetensors(file, entries, metadata);
-    files_.push_back(file);
+    shard written{file, 0, {}};
     for (const auto& e : entries) {
-      shard_of_.emplace(e.name, files_.size() - 1);
       std::uint64_t elements = 1;
       for (index_t extent : e.shape) elements *= static_cast<std::uint64_t>(extent);
-      tensor_bytes_ += elements * item_size(e.dtype);
+      written.tensor_bytes += elements * item_size(e.dtype);
+      written.names.push_back(e.name);
     }
+    hold(position, std::move(written));
   }
 
-  /// Names the shards and writes the index; returns the files written, index last.
+  /// Takes over the shard at `position` that another writer (another process) wrote into this directory and
+  /// released: its tensors join the index, and the file is this writer's (renamed by finish(), removed if this
+  /// writer is not finished). io_error when the file is missing or not a safetensors file; invalid_argument when
+  /// this writer holds the position or one of its tensor names already.
+  void adopt_shard(std::size_t position) {
+    constexpr const char* fn = "safetensors_sharded_writer::adopt_shard";
+    check_open(fn, position);
+    const std::string file = part_path(position);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(file, ec)))
+      MOECOMP_FAIL(error_kind::io_error, fn, ": shard ", position, " ('", file,
+                   "') was not written: no such regular file");
+    shard adopted{file, 0, {}};
+    {
+      const safetensors_file part = read_safetensors(file);
+      for (const safetensors_tensor_info& t : part.tensors()) {
+        MOECOMP_EXPECTS(shard_of_.count(t.name) == 0, fn, ": tensor names must be unique across shards, got '", t.name,
+                        "' again in shard ", position);
+        adopted.tensor_bytes += t.bytes();
+        adopted.names.push_back(t.name);
+      }
+    }
+    hold(position, std::move(adopted));
+  }
+
+  /// Whether this writer holds the shard at `position` (written or adopted).
+  bool holds_shard(std::size_t position) const noexcept { return shards_.count(position) != 0; }
+
+  /// Gives up the shards written so far: they stay in the directory for another writer to adopt, and this
+  /// writer can write no more. Returns their positions, ascending.
+  std::vector<std::size_t> release() {
+    MOECOMP_EXPECTS(!finished_, "safetensors_sharded_writer::release: the writer is already finished");
+    std::vector<std::size_t> positions;
+    for (const auto& [position, shard] : shards_) positions.push_back(position);
+    shards_.clear();
+    shard_of_.clear();
+    finished_ = true;
+    return positions;
+  }
+
+  /// Names the shards and writes the index; returns the files written, index last. The shards must be the
+  /// positions 0, 1, ..., n - 1 without a gap.
   std::vector<std::string> finish() {
-    MOECOMP_EXPECTS(!finished_, "safetensors_sharded_writer::finish: the writer is already finished");
-    MOECOMP_EXPECTS(!files_.empty(), "safetensors_sharded_writer::finish: no shard was written");
+    constexpr const char* fn = "safetensors_sharded_writer::finish";
+    MOECOMP_EXPECTS(!finished_, fn, ": the writer is already finished");
+    MOECOMP_EXPECTS(!shards_.empty(), fn, ": no shard was written");
+    MOECOMP_EXPECTS(shards_.rbegin()->first + 1 == shards_.size(), fn, ": shards must be positions 0 to ",
+                    shards_.size() - 1, " without a gap, got a shard at position ", shards_.rbegin()->first);
     namespace fs = std::filesystem;
-    std::vector<std::string> names(files_.size());
-    if (files_.size() == 1) {
+    const std::size_t count = shards_.size();
+    std::vector<std::string> names(count);
+    if (count == 1) {
       names[0] = prefix_ + ".safetensors";
     } else {
-      for (std::size_t i = 0; i < files_.size(); ++i) names[i] = prefix_ + "-" + five(i + 1) + "-of-" + five(files_.size()) + ".safetensors";
+      for (std::size_t i = 0; i < count; ++i) names[i] = prefix_ + "-" + five(i + 1) + "-of-" + five(count) + ".safetensors";
     }
     std::vector<std::string> written;
-    for (std::size_t i = 0; i < files_.size(); ++i) {
-      const std::string target = (fs::path(directory_) / names[i]).string();
-      if (std::rename(files_[i].c_str(), target.c_str()) != 0)
-        MOECOMP_FAIL(error_kind::io_error, "safetensors_sharded_writer::finish: cannot rename '", files_[i], "' to '",
-                     target, "'");
-      files_[i] = target;
+    std::uint64_t tensor_bytes = 0;
+    for (auto& [position, shard] : shards_) {
+      const std::string target = (fs::path(directory_) / names[position]).string();
+      if (std::rename(shard.file.c_str(), target.c_str()) != 0)
+        MOECOMP_FAIL(error_kind::io_error, fn, ": cannot rename '", shard.file, "' to '", target, "'");
+      shard.file = target;
       written.push_back(target);
+      tensor_bytes += shard.tensor_bytes;
     }
-    if (files_.size() > 1) {
+    if (count > 1) {
       nlohmann::ordered_json index;
-      index["metadata"]["total_size"] = tensor_bytes_;
+      index["metadata"]["total_size"] = tensor_bytes;
       nlohmann::ordered_json map = nlohmann::ordered_json::object();
-      for (const auto& [name, shard] : shard_of_) map[name] = names[shard];  // std::map: sorted by name
+      for (const auto& [name, position] : shard_of_) map[name] = names[position];  // std::map: sorted by name
       index["weight_map"] = std::move(map);
       const std::string text = index.dump(2) + "\n";
       const std::string index_path = (fs::path(directory_) / (prefix_ + ".safetensors.index.json")).string();
-      detail::atomic_file_writer writer(index_path, "safetensors_sharded_writer::finish");
+      detail::atomic_file_writer writer(index_path, fn);
       writer.write(text.data(), text.size());
       writer.commit();
-      files_.push_back(index_path);
       written.push_back(index_path);
     }
     finished_ = true;
@@ -758,15 +815,31 @@ class safetensors_sharded_writer {
   }
 
  private:
+  struct shard {
+    std::string file;
+    std::uint64_t tensor_bytes = 0;
+    std::vector<std::string> names;
+  };
   static std::string five(std::size_t value) {
     std::string text = std::to_string(value);
     return text.size() >= 5 ? text : std::string(5 - text.size(), '0') + text;
   }
+  std::string part_path(std::size_t position) const {
+    return (std::filesystem::path(directory_) / (prefix_ + ".part-" + std::to_string(position + 1) + ".safetensors"))
+        .string();
+  }
+  void check_open(const char* fn, std::size_t position) const {
+    MOECOMP_EXPECTS(!finished_, fn, ": the writer is finished (or released)");
+    MOECOMP_EXPECTS(shards_.count(position) == 0, fn, ": the writer already holds shard ", position);
+  }
+  void hold(std::size_t position, shard s) {
+    for (const std::string& name : s.names) shard_of_.emplace(name, position);
+    shards_.emplace(position, std::move(s));
+  }
   std::string directory_;
   std::string prefix_;
-  std::vector<std::string> files_;
-  std::map<std::string, std::size_t> shard_of_;
-  std::uint64_t tensor_bytes_ = 0;
+  std::map<std::size_t, shard> shards_;         // by position
+  std::map<std::string, std::size_t> shard_of_;  // tensor name -> position
   bool finished_ = false;
 };
 

@@ -4,6 +4,7 @@
 // config.json built.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/compress/detail/compress_layer.hpp>
+#include <moecomp/compress/detail/compress_params.hpp>
 #include <moecomp/core/detail/little_endian.hpp>
 #include <moecomp/version.hpp>
 
@@ -302,6 +303,22 @@ inline bool bf16_resident(const io::safetensors_checkpoint& checkpoint, const co
          checkpoint.info(names.fused() ? names.fused_down : names.down[0]).dtype == io::safetensors_dtype::bf16;
 }
 
+/// The expert weights of one MoE layer of `m` (E experts of 2 or 3 matrices of expert_size x hidden_size).
+inline double layer_parameters(const model::moe_model& m, bool gated) {
+  return static_cast<double>(m.num_experts) * static_cast<double>(m.expert_size) * static_cast<double>(m.hidden_size) *
+         (gated ? 3.0 : 2.0);
+}
+
+/// A compressed layer's share of the run's totals (added in layer order, so that any split of the layers over
+/// processes gives the same sums).
+inline void add_layer_totals(checkpoint_report& result, const layer_report& l, double parameters) {
+  result.bytes_before += l.bytes_before;
+  result.bytes_after += l.bytes_after;
+  result.bytes_written += l.bytes_written;
+  result.parameters_before += parameters;
+  result.criterion = std::max(result.criterion, std::isnan(l.output_relative_error) ? 0.0 : l.output_relative_error);
+}
+
 /// The rest of one layer once it is loaded as W (bfloat16 where bf16_resident, else float): the reference output,
 /// the method, the rounding to storage, the error, the written shard and the report's figures. `loaded`'s experts
 /// are dropped once a method with its own stack no longer needs them. True when the run must end (stopped, or a
@@ -406,14 +423,14 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
     distinct_after = distinct ? layer_after - 8.0 * static_cast<double>(E)
                               : layer_after - expert_bytes * static_cast<double>(E - c.stack_experts);
   }
-  writer.write_shard(entries, checkpoint.metadata());
-  if (dense_writer != nullptr) dense_writer->write_shard(dense_entries, checkpoint.metadata());
+  // Layer i is shard i, whichever process writes it (compress_checkpoint_layers); the other tensors are shard L.
+  writer.write_shard_at(static_cast<std::size_t>(i), entries, checkpoint.metadata());
+  if (dense_writer != nullptr) dense_writer->write_shard_at(static_cast<std::size_t>(i), dense_entries, checkpoint.metadata());
   // The layer's input pages leave the resident set: one layer in memory at a time, as RSS counts it too.
   release_layer(checkpoint, names);
   report.steps_seconds.emplace_back(
       "writing", std::chrono::duration<double>(std::chrono::steady_clock::now() - writing_started).count());
-  const double parameters = static_cast<double>(E) * static_cast<double>(m.expert_size) *
-                            static_cast<double>(m.hidden_size) * (gated ? 3.0 : 2.0);
+  const double parameters = layer_parameters(m, gated);
   report.experts = static_cast<index_t>(c.slots.size());
   report.distinct_experts = params.method == method::prune || resmoe ? static_cast<index_t>(c.slots.size()) : c.stack_experts;
   report.output_relative_error = error;
@@ -425,32 +442,65 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   if (distinct) report.expert_map_tensor = model::expert_map_name(names);
   report.bits_per_weight = 8.0 * distinct_after / parameters;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.bytes_before += layer_before;
-  result.bytes_after += distinct_after;
-  result.bytes_written += layer_after;
-  result.parameters_before += parameters;
-  result.criterion = std::max(result.criterion, std::isnan(error) ? 0.0 : error);
+  add_layer_totals(result, report, parameters);
   return false;
 }
 
-inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const compress_params& params,
-                                                  const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
-                                                  const model::checkpoint_layout& layout, const std::string& config_text,
-                                                  const io::safetensors_file* calibration,
-                                                  io::safetensors_sharded_writer& writer,
-                                                  io::safetensors_sharded_writer* dense_writer,
-                                                  const compress_observer& observer) {
-  using json = nlohmann::ordered_json;
-  const index_t E = m.num_experts, L = static_cast<index_t>(m.layers.size());
+/// compress_checkpoint's (and its parts') checks of the call.
+inline void check_checkpoint_call(const char* fn, const compress_params& params, const io::safetensors_checkpoint& checkpoint,
+                                  const model::moe_model& m, bool has_dense_writer) {
+  MOECOMP_EXPECTS(!splits_dense(params.method), fn, ": params.method must be a method for MoE checkpoints, got ",
+                  to_string(params.method), " (compress_dense_checkpoint splits dense ones)");
+  MOECOMP_EXPECTS(params.experts >= 1 && params.experts <= m.num_experts, fn,
+                  ": params must be resolved (resolved_params), got params.experts ", params.experts);
+  MOECOMP_EXPECTS(!params.restore_dense || has_dense_writer, fn, ": params.restore_dense needs a dense_writer");
+  check_checkpoint_dtypes(checkpoint, m);
+}
+
+/// assign_layers' rule (compress.hpp).
+inline std::vector<std::vector<index_t>> assign_layers(const std::vector<std::uint64_t>& bytes, index_t parts) {
+  std::vector<index_t> order(bytes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<index_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+    return bytes[static_cast<std::size_t>(a)] > bytes[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::vector<index_t>> assigned(static_cast<std::size_t>(parts));
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(parts), 0);
+  for (index_t layer : order) {
+    std::size_t lightest = 0;
+    for (std::size_t p = 1; p < load.size(); ++p)
+      if (load[p] < load[lightest]) lightest = p;
+    load[lightest] += bytes[static_cast<std::size_t>(layer)];
+    assigned[lightest].push_back(layer);
+  }
+  for (auto& a : assigned) std::sort(a.begin(), a.end());
+  return assigned;
+}
+
+/// The report's frame: what every part of a run knows before any layer.
+inline checkpoint_report report_frame(const host_context& ctx, const compress_params& params, const model::moe_model& m) {
   checkpoint_report result;
   result.params = params;
   result.matmul = ctx.matmul;
   result.family = m.family;
-  result.experts_before = E;
+  result.experts_before = m.num_experts;
   result.experts_after = params.experts;
-  json id_maps = json::object();
+  return result;
+}
+
+/// The MoE layers `layers` (ascending, distinct indices into m.layers) compressed, layer i written as shard i of
+/// `writer` (and `dense_writer`). The report holds those layers, in that order, and their totals.
+inline checkpoint_report compress_layers_host(const host_context& ctx, const compress_params& params,
+                                              const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                              const io::safetensors_file* calibration, const std::vector<index_t>& layers,
+                                              io::safetensors_sharded_writer& writer,
+                                              io::safetensors_sharded_writer* dense_writer,
+                                              const compress_observer& observer) {
+  const index_t L = static_cast<index_t>(m.layers.size());
+  checkpoint_report result = report_frame(ctx, params, m);
   std::set<std::string> written;
   // Global pruning (HC-SMoE's F-prune and S-prune): every layer's scores first, then the kept experts of each.
+  // Each part computes every layer's scores, so that every part allocates the same experts.
   std::vector<std::vector<double>> global_scores;
   std::vector<std::vector<std::int64_t>> global_kept;
   if (params.global) {
@@ -471,7 +521,7 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     }
     global_kept = global_prune_allocation(global_scores, params.experts, m.top_k);
   }
-  for (index_t i = 0; i < L; ++i) {
+  for (index_t i : layers) {
     const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
     layer_report report;
     report.layer = layer_prefix(names);
@@ -495,11 +545,39 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     const bool stop = resident ? compress_as(moecomp::detail::type_identity<bfloat16>{})
                                : compress_as(moecomp::detail::type_identity<float>{});
     if (stop) return result;
-    if (!report.id_map.empty()) id_maps[report.layer] = report.id_map;
     result.layers.push_back(std::move(report));
-    result.iterations = i + 1;
+    result.iterations = static_cast<std::int64_t>(result.layers.size());
   }
+  return result;
+}
+
+/// The run's end once every MoE layer's shard is written (shards 0 to L - 1, by this writer or adopted from the
+/// directory): the other tensors as shard L, the writers finished, the totals from `layers` (every layer's
+/// report, in layer order) and config.json's text.
+inline checkpoint_report finish_checkpoint_host(const host_context& ctx, const compress_params& params,
+                                                const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                                const model::checkpoint_layout& layout, const std::string& config_text,
+                                                std::vector<layer_report> layers, io::safetensors_sharded_writer& writer,
+                                                io::safetensors_sharded_writer* dense_writer,
+                                                const compress_observer& observer) {
+  using json = nlohmann::ordered_json;
+  const index_t E = m.num_experts, L = static_cast<index_t>(m.layers.size());
+  checkpoint_report result = report_frame(ctx, params, m);
+  json id_maps = json::object();
+  for (const layer_report& l : layers) {
+    add_layer_totals(result, l, layer_parameters(m, m.gated));
+    if (!l.id_map.empty()) id_maps[l.layer] = l.id_map;
+  }
+  result.layers = std::move(layers);
+  result.iterations = static_cast<std::int64_t>(result.layers.size());
   if (stopped(observer, result)) return result;
+  std::set<std::string> written;
+  for (index_t i = 0; i < L; ++i) {
+    const model::moe_layer_names& names = m.layers[static_cast<std::size_t>(i)];
+    for (const std::string& n : names.tensor_names()) written.insert(n);
+    for (io::safetensors_sharded_writer* w : {&writer, dense_writer})
+      if (w != nullptr && !w->holds_shard(static_cast<std::size_t>(i))) w->adopt_shard(static_cast<std::size_t>(i));
+  }
   write_other_tensors(checkpoint, written, writer, dense_writer, observer, L);
 
   // config.json: the family's expert-count key for the methods that drop router rows, and moecomp's record.
@@ -548,6 +626,21 @@ inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const
     result.dense_config_json = dense_config.dump(2) + "\n";
   }
   return result;
+}
+
+inline checkpoint_report compress_checkpoint_host(const host_context& ctx, const compress_params& params,
+                                                  const io::safetensors_checkpoint& checkpoint, const model::moe_model& m,
+                                                  const model::checkpoint_layout& layout, const std::string& config_text,
+                                                  const io::safetensors_file* calibration,
+                                                  io::safetensors_sharded_writer& writer,
+                                                  io::safetensors_sharded_writer* dense_writer,
+                                                  const compress_observer& observer) {
+  std::vector<index_t> all(m.layers.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<index_t>(i);
+  checkpoint_report part = compress_layers_host(ctx, params, checkpoint, m, calibration, all, writer, dense_writer, observer);
+  if (part.status != moecomp::status::ok) return part;  // a layer's numerical failure, or stopped
+  return finish_checkpoint_host(ctx, params, checkpoint, m, layout, config_text, std::move(part.layers), writer,
+                                dense_writer, observer);
 }
 
 }  // namespace detail

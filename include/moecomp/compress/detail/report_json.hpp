@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 MOECOMP_NAMESPACE_BEGIN
 namespace compress {
@@ -196,6 +199,175 @@ inline nlohmann::ordered_json report_json(const checkpoint_report& r, const std:
   totals["peak_rss_bytes"] = peak_rss_bytes;
   report["totals"] = totals;
   return report;
+}
+
+/// A double for layer_report_json: the number, or "nan" / "inf" / "-inf" (JSON has no such numbers).
+inline nlohmann::ordered_json exact_number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/// A field of a layer_report_json record; io_error naming it when it is missing or of another type.
+class layer_record_reader {
+ public:
+  explicit layer_record_reader(const nlohmann::ordered_json& record) : record_(record) {
+    if (!record.is_object()) fail("the record", "an object");
+  }
+  const nlohmann::ordered_json& at(const char* field, nlohmann::ordered_json::value_t type) const {
+    const auto found = record_.find(field);
+    if (found == record_.end()) fail(field, "present");
+    const bool numbers = type == nlohmann::ordered_json::value_t::number_integer;
+    if (numbers ? !found->is_number_integer() : found->type() != type) fail(field, type_name(type));
+    return *found;
+  }
+  double number(const char* field) const { return number_of(field, record_.contains(field) ? record_.at(field) : nullptr); }
+  double number_of(const char* field, const nlohmann::ordered_json& v) const {
+    if (v.is_number()) return v.get<double>();
+    if (v.is_string()) {
+      const std::string text = v.get<std::string>();
+      if (text == "nan") return std::numeric_limits<double>::quiet_NaN();
+      if (text == "inf") return std::numeric_limits<double>::infinity();
+      if (text == "-inf") return -std::numeric_limits<double>::infinity();
+    }
+    fail(field, "a number, \"nan\", \"inf\" or \"-inf\"");
+  }
+  std::int64_t integer(const char* field) const { return at(field, nlohmann::ordered_json::value_t::number_integer).get<std::int64_t>(); }
+  std::string text(const char* field) const { return at(field, nlohmann::ordered_json::value_t::string).get<std::string>(); }
+  std::vector<double> numbers(const char* field) const {
+    std::vector<double> out;
+    for (const auto& v : at(field, nlohmann::ordered_json::value_t::array)) out.push_back(number_of(field, v));
+    return out;
+  }
+  template <class I>
+  std::vector<I> integers(const char* field) const {
+    std::vector<I> out;
+    for (const auto& v : at(field, nlohmann::ordered_json::value_t::array)) {
+      if (!v.is_number_integer()) fail(field, "an array of integers");
+      out.push_back(v.get<I>());
+    }
+    return out;
+  }
+  [[noreturn]] static void fail(const std::string& field, const std::string& expected) {
+    MOECOMP_FAIL(error_kind::io_error, "parse_layer_report: ", field, " must be ", expected);
+  }
+
+ private:
+  static const char* type_name(nlohmann::ordered_json::value_t t) {
+    switch (t) {
+      case nlohmann::ordered_json::value_t::string: return "a string";
+      case nlohmann::ordered_json::value_t::array: return "an array";
+      case nlohmann::ordered_json::value_t::object: return "an object";
+      default: return "an integer";
+    }
+  }
+  const nlohmann::ordered_json& record_;
+};
+
+inline nlohmann::ordered_json layer_report_json(const layer_report& l) {
+  using json = nlohmann::ordered_json;
+  const auto numbers = [](const std::vector<double>& v) {
+    json a = json::array();
+    for (double x : v) a.push_back(exact_number(x));
+    return a;
+  };
+  json r;
+  r["layer"] = l.layer;
+  r["experts"] = l.experts;
+  r["distinct_experts"] = l.distinct_experts;
+  r["groups"] = l.groups;
+  r["dominants"] = l.dominants;
+  r["coefficients"] = numbers(l.coefficients);
+  r["group_merge_errors"] = numbers(l.group_merge_errors);
+  r["router_rule"] = l.router_rule;
+  r["id_map"] = l.id_map;
+  r["frequencies"] = numbers(l.frequencies);
+  r["similarity_tokens"] = l.similarity_tokens;
+  r["augmented_tokens"] = l.augmented_tokens;
+  r["criterion"] = l.criterion;
+  r["scores"] = numbers(l.scores);
+  r["kept"] = l.kept;
+  r["keep"] = exact_number(l.keep);
+  r["values"] = l.values;
+  r["formats"] = l.formats;
+  r["residual_bytes"] = l.residual_bytes;
+  r["barycenter_iterations"] = l.barycenter_iterations;
+  r["barycenter_status"] = static_cast<int>(l.barycenter_status);
+  r["barycenter_objective"] = exact_number(l.barycenter_objective);
+  r["resmoe_approximation_error"] = exact_number(l.resmoe_approximation_error);
+  r["center"] = l.center;
+  r["residual"] = l.residual;
+  r["rank"] = l.rank;
+  r["output_relative_error"] = exact_number(l.output_relative_error);
+  r["calibration_tokens"] = l.calibration_tokens;
+  r["bytes_before"] = exact_number(l.bytes_before);
+  r["bytes_after"] = exact_number(l.bytes_after);
+  r["bytes_written"] = exact_number(l.bytes_written);
+  r["bits_per_weight"] = exact_number(l.bits_per_weight);
+  json steps = json::array();
+  for (const auto& [step, seconds] : l.steps_seconds) steps.push_back(json::array({step, exact_number(seconds)}));
+  r["steps_seconds"] = steps;
+  r["stored_experts"] = l.stored_experts;
+  r["expert_map_tensor"] = l.expert_map_tensor;
+  r["seconds"] = exact_number(l.seconds);
+  return r;
+}
+
+inline layer_report parse_layer_report(const nlohmann::ordered_json& record) {
+  using json = nlohmann::ordered_json;
+  const layer_record_reader f(record);
+  layer_report l;
+  l.layer = f.text("layer");
+  l.experts = f.integer("experts");
+  l.distinct_experts = f.integer("distinct_experts");
+  l.groups = f.integers<std::int64_t>("groups");
+  l.dominants = f.integers<std::int64_t>("dominants");
+  l.coefficients = f.numbers("coefficients");
+  l.group_merge_errors = f.numbers("group_merge_errors");
+  l.router_rule = f.text("router_rule");
+  l.id_map = f.integers<std::int64_t>("id_map");
+  l.frequencies = f.numbers("frequencies");
+  l.similarity_tokens = f.integer("similarity_tokens");
+  l.augmented_tokens = f.integer("augmented_tokens");
+  l.criterion = f.text("criterion");
+  l.scores = f.numbers("scores");
+  l.kept = f.integers<std::int64_t>("kept");
+  l.keep = f.number("keep");
+  l.values = f.text("values");
+  for (const json& expert : f.at("formats", json::value_t::array)) {
+    std::vector<std::string> formats;
+    if (!expert.is_array()) layer_record_reader::fail("formats", "an array of arrays of strings");
+    for (const json& v : expert) {
+      if (!v.is_string()) layer_record_reader::fail("formats", "an array of arrays of strings");
+      formats.push_back(v.get<std::string>());
+    }
+    l.formats.push_back(std::move(formats));
+  }
+  l.residual_bytes = f.integers<std::uint64_t>("residual_bytes");
+  l.barycenter_iterations = f.integer("barycenter_iterations");
+  const std::int64_t status_code = f.integer("barycenter_status");
+  if (status_code < 0 || status_code > static_cast<std::int64_t>(moecomp::status::numerical_error))
+    layer_record_reader::fail("barycenter_status", "a status code");
+  l.barycenter_status = static_cast<moecomp::status>(status_code);
+  l.barycenter_objective = f.number("barycenter_objective");
+  l.resmoe_approximation_error = f.number("resmoe_approximation_error");
+  l.center = f.text("center");
+  l.residual = f.text("residual");
+  l.rank = f.integer("rank");
+  l.output_relative_error = f.number("output_relative_error");
+  l.calibration_tokens = f.integer("calibration_tokens");
+  l.bytes_before = f.number("bytes_before");
+  l.bytes_after = f.number("bytes_after");
+  l.bytes_written = f.number("bytes_written");
+  l.bits_per_weight = f.number("bits_per_weight");
+  for (const json& step : f.at("steps_seconds", json::value_t::array)) {
+    if (!step.is_array() || step.size() != 2 || !step[0].is_string())
+      layer_record_reader::fail("steps_seconds", "an array of [step, seconds] pairs");
+    l.steps_seconds.emplace_back(step[0].get<std::string>(), f.number_of("steps_seconds", step[1]));
+  }
+  l.stored_experts = f.integer("stored_experts");
+  l.expert_map_tensor = f.text("expert_map_tensor");
+  l.seconds = f.number("seconds");
+  return l;
 }
 
 }  // namespace detail
