@@ -18,6 +18,8 @@ packages=(
   libopenblas0-pthread                         # an optimised BLAS for the peers (numpy/scipy)
   libopenblas-openmp-dev                       # the opt-in CBLAS of the tool and benches (OpenMP build: thread-safe)
   libdnnl-dev                                  # oneDNN: the GEMM provider of the tool, benches and Python module (float32, bfloat16)
+  libopenmpi-dev openmpi-bin                   # Open MPI: `mpirun moecomp compress` (issue 37), and its CI check
+  python3-mpi4py                               # the Python binding's multi-process example (docs/python.md)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -103,9 +103,10 @@ def bf16(a):
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def synthetic_family(folder, family, rng, experts=8, hidden=16, ffn=8, tokens=64, dtype="BF16"):
-    """A 2-MoE-layer checkpoint of `family`'s layout with its calibration.safetensors. Returns the MoE
-    prefixes and the expert tensor names per layer (for the checks)."""
+def synthetic_family(folder, family, rng, experts=8, hidden=16, ffn=8, tokens=64, dtype="BF16", layers=2):
+    """A checkpoint of `family`'s layout with `layers` MoE layers (2 for switch, whatever is asked) and its
+    calibration.safetensors. Returns the MoE prefixes and the expert tensor names per layer (for the checks)."""
+    moe_layers = layers
     os.makedirs(folder)
     E, H, I = experts, hidden, ffn
     t, calib = {}, {}
@@ -129,7 +130,7 @@ def synthetic_family(folder, family, rng, experts=8, hidden=16, ffn=8, tokens=64
                  if family == "mixtral" else
                  ("experts.{expert}.gate_proj.weight", "experts.{expert}.up_proj.weight",
                   "experts.{expert}.down_proj.weight"))
-        for layer in (0, 1):
+        for layer in range(moe_layers):
             p = pre.format(layer)
             t[p + "gate.weight"] = weights((E, H), 1.0)
             for e in range(E):
@@ -153,16 +154,16 @@ def synthetic_family(folder, family, rng, experts=8, hidden=16, ffn=8, tokens=64
                                "n_shared_experts": 1, "first_k_dense_replace": 0, "moe_layer_freq": 1,
                                "scoring_func": "sigmoid", "topk_method": "noaux_tc", "n_group": 2, "topk_group": 1,
                                "routed_scaling_factor": 2.5, "norm_topk_prob": True}}[family]
-        config.update({"num_hidden_layers": 2, "num_experts_per_tok": 2, "hidden_size": H, "hidden_act": "silu"})
+        config.update({"num_hidden_layers": moe_layers, "num_experts_per_tok": 2, "hidden_size": H, "hidden_act": "silu"})
     elif family == "mixtral-fused":
-        for layer in (0, 1):
+        for layer in range(moe_layers):
             p = f"model.layers.{layer}.mlp."
             t[p + "gate.weight"] = weights((E, H), 1.0)
             t[p + "experts.gate_up_proj"] = weights((E, 2 * I, H))
             t[p + "experts.down_proj"] = weights((E, H, I))
             layers.append((p, None))
             calib[f"layers.{layer}.moe_input"] = ("F32", rng.standard_normal((tokens, H)).astype(np.float32))
-        config = {"model_type": "mixtral", "num_local_experts": E, "intermediate_size": I, "num_hidden_layers": 2,
+        config = {"model_type": "mixtral", "num_local_experts": E, "intermediate_size": I, "num_hidden_layers": moe_layers,
                   "num_experts_per_tok": 2, "hidden_size": H, "hidden_act": "silu"}
     elif family == "switch":
         for stack, key, fmt in (("encoder", "layers", "encoder.block.{}.layer.1.mlp."),

@@ -29,6 +29,12 @@ class numerical_failure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A rank of a multi-process run that ends because another rank failed first and says so (compress under MPI):
+/// exit `status` without a line of its own, so that the run prints one error line.
+struct silent_failure {
+  int status;
+};
+
 /// What a command accepts: options that take a value and flags that do not.
 struct option_spec {
   std::string name;  // with the dashes: "--metric", "-o"

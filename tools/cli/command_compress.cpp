@@ -8,6 +8,7 @@
 // writes the shards into the staging directory beside OUT_DIR; this file writes config.json, the report and the
 // model directory's other files there, shows the progress, and commits OUT_DIR (output_files) as the last step.
 #include "cli.hpp"
+#include "process_group.hpp"
 
 #include <moecomp/compress/compress.hpp>
 #include <moecomp/io/safetensors.hpp>
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -358,37 +360,51 @@ void print_table(const compress::checkpoint_report& r, const std::string& model_
 
 // ---------------------------------------------------------------------------------------------- the command
 
-int compress_command(const arguments& args, output_files& outputs) {
+/// What every rank reads and settles before any layer: the options, the model, its calibration tokens.
+struct compress_inputs {
+  compress::method how{};
+  std::string model_dir, calibration_path, config_text;
+  compress::compress_params params;
+  std::vector<moecomp::model::checkpoint_layout> layouts;
+  std::optional<moecomp::io::safetensors_checkpoint> checkpoint;
+  std::optional<moecomp::model::moe_model> moe;
+  std::optional<moecomp::model::dense_model> dense;
+  std::optional<moecomp::io::safetensors_file> calibration;
+  const moecomp::io::safetensors_file* calibration_file() const { return calibration ? &*calibration : nullptr; }
+};
+
+compress_inputs read_compress_inputs(const arguments& args, output_files& outputs) {
   using namespace moecomp;
-  const auto started = std::chrono::steady_clock::now();
+  compress_inputs in;
   if (!args.value("--method"))
     throw usage_error("option --method: required: hc-smoe, cka-merge, m-smoe, resmoe, prune (MoE checkpoints), moefy or "
                       "sadmoe (dense)");
-  const compress::method how = parse_option(args, "--method", compress::parse_method);
-  const std::string model_dir = args.positional().empty()
-                                    ? default_model_dir(how == compress::method::sadmoe ? "tiny-dense-hoyer"
-                                                      : how == compress::method::moefy ? "tiny-dense" : "tiny-moe")
-                                    : args.positional()[0];
+  in.how = parse_option(args, "--method", compress::parse_method);
+  const compress::method how = in.how;
+  in.model_dir = args.positional().empty()
+                     ? default_model_dir(how == compress::method::sadmoe ? "tiny-dense-hoyer"
+                                       : how == compress::method::moefy ? "tiny-dense" : "tiny-moe")
+                     : args.positional()[0];
+  const std::string& model_dir = in.model_dir;
   if (!args.value("-o")) throw usage_error("option -o: required: the output directory OUT_DIR");
   if (args.positional().empty()) outputs.add_input(model_dir, "embedded model '" + model_dir + "'");
-  compress::compress_params params = params_from_options(args, how);
+  in.params = params_from_options(args, how);
 
   // The model: config.json, the checkpoint, the layout.
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec)) throw usage_error("compress: MODEL_DIR '" + model_dir + "' is not a directory");
   const std::string config_path = (fs::path(model_dir) / "config.json").string();
   if (!fs::exists(fs::symlink_status(config_path, ec))) throw usage_error("compress: '" + model_dir + "' has no config.json");
-  std::vector<model::checkpoint_layout> layouts;
   if (const auto dir = args.value("--layouts")) {
-    layouts = model::read_checkpoint_layouts(*dir);
+    in.layouts = model::read_checkpoint_layouts(*dir);
   } else {
-    for (const auto& [name, text] : builtin_layouts()) layouts.push_back(model::parse_checkpoint_layout(text, "layouts/" + name));
+    for (const auto& [name, text] : builtin_layouts()) in.layouts.push_back(model::parse_checkpoint_layout(text, "layouts/" + name));
   }
-  const std::string config_text = model::read_text_file(config_path);
-  const io::safetensors_checkpoint checkpoint = io::open_safetensors_checkpoint(model_dir);
+  in.config_text = model::read_text_file(config_path);
+  in.checkpoint.emplace(io::open_safetensors_checkpoint(model_dir));
   // A method of the other kind: said in the tool's words before the library's checks.
   std::string model_type;
-  const model::model_kind kind = model::kind_of_model(layouts, config_text, &model_type);
+  const model::model_kind kind = model::kind_of_model(in.layouts, in.config_text, &model_type);
   if (compress::splits_dense(how) && kind == model::model_kind::moe)
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " splits dense checkpoints, and '" +
                       model_dir + "' is an MoE model (model_type '" +
@@ -397,85 +413,212 @@ int compress_command(const arguments& args, output_files& outputs) {
     throw usage_error("compress: --method " + std::string(compress::to_string(how)) + " compresses MoE checkpoints, and '" +
                       model_dir + "' is a dense model (model_type '" + model_type +
                       "'): --method moefy or sadmoe splits its FFNs into experts");
-  const std::string calibration_path = calibration_file(args, model_dir);
-  std::optional<model::moe_model> moe;
-  std::optional<model::dense_model> dense;
+  in.calibration_path = calibration_file(args, model_dir);
   try {
     if (compress::splits_dense(how)) {
-      dense.emplace(model::describe_dense_model(layouts, config_text, checkpoint, config_path));
-      params = compress::resolved_dense_params(params, *dense, !calibration_path.empty());
+      in.dense.emplace(model::describe_dense_model(in.layouts, in.config_text, *in.checkpoint, config_path));
+      in.params = compress::resolved_dense_params(in.params, *in.dense, !in.calibration_path.empty());
     } else {
-      moe.emplace(model::describe_moe_model(layouts, config_text, checkpoint, config_path));
-      if (moe->layers.empty())
-        throw usage_error("compress: '" + model_dir + "' has no MoE layer under its layout (" + moe->family + ")");
-      params = compress::resolved_params(params, *moe, !calibration_path.empty(), compress::expert_dtype_of(checkpoint, *moe));
+      in.moe.emplace(model::describe_moe_model(in.layouts, in.config_text, *in.checkpoint, config_path));
+      if (in.moe->layers.empty())
+        throw usage_error("compress: '" + model_dir + "' has no MoE layer under its layout (" + in.moe->family + ")");
+      in.params = compress::resolved_params(in.params, *in.moe, !in.calibration_path.empty(),
+                                            compress::expert_dtype_of(*in.checkpoint, *in.moe));
     }
   } catch (const invalid_argument& e) {
     throw usage_error(name_the_compress_option(e.what()));
   }
-  std::optional<io::safetensors_file> calibration;
-  if (!calibration_path.empty()) {
+  if (!in.calibration_path.empty()) {
     try {
-      calibration.emplace(io::read_safetensors(calibration_path));
+      in.calibration.emplace(io::read_safetensors(in.calibration_path));
     } catch (const io_error& e) {
       throw usage_error(std::string("option --calibration: ") + e.what());
     }
   }
-  const host_context ctx = make_context(args);
+  return in;
+}
 
-  // The output directory's contents go to the staging directory that commit() renames.
-  const std::string staging = outputs.staging_directory();
-  const index_t layers = static_cast<index_t>(moe ? moe->layers.size() : dense->layers.size());
-  progress_display progress(!args.flag("--quiet") && ::isatty(2) != 0, args.flag("--progress") && !args.flag("--quiet"),
-                            layers);
+/// Runs `step` on every rank of `group`, then settles who failed: the first rank that failed rethrows its error
+/// (the run's one error line), the other ranks end silently with status 2. One process: `step` as it is.
+template <class Step>
+void on_every_rank(process_group& group, Step&& step) {
+  if (!group.distributed()) {
+    step();
+    return;
+  }
+  std::exception_ptr failure;
+  try {
+    step();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const int first = group.first_failure(failure != nullptr);
+  if (first == group.size()) return;
+  if (first == group.rank()) std::rethrow_exception(failure);
+  throw silent_failure{2};
+}
+
+/// A rank's hold on the staging directory rank 0 made (ranks other than 0): a signal removes it whole (the signal
+/// handler's temporaries), and so does an error on the way out; rank 0 commits it.
+class shared_staging {
+ public:
+  explicit shared_staging(std::string path) : path_(std::move(path)) {
+    temporary_file_hooks().creating(path_.c_str(), nullptr);
+  }
+  ~shared_staging() {
+    if (!path_.empty() && std::uncaught_exceptions() > 0) {
+      std::error_code ignored;
+      fs::remove_all(path_, ignored);
+    }
+    temporary_file_hooks().released(path_.c_str(), nullptr);
+  }
+  shared_staging(const shared_staging&) = delete;
+  shared_staging& operator=(const shared_staging&) = delete;
+
+ private:
+  std::string path_;
+};
+
+/// compress's numerical failure: one layer's output error is not finite.
+[[noreturn]] void throw_layer_failure(const compress::checkpoint_report& report, bool moe) {
+  throw numerical_failure("compress: " + std::string(moe ? "MoE layer " : "FFN ") + report.failed_layer +
+                          ": the compressed layer's output error on the calibration tokens is " +
+                          (std::isnan(report.criterion) ? "nan" : "inf") +
+                          " (numerical failure, status numerical_error), nothing was written");
+}
+
+int compress_command(const arguments& args, output_files& outputs) {
+  using namespace moecomp;
+  const auto started = std::chrono::steady_clock::now();
+  // Under mpirun or srun with several ranks, the MoE layers are spread over them (docs/cli.md, "compress on
+  // several processes"); rank 0 writes the rest, finishes and commits.
+  process_group& group = process_group::world();
+  const int rank = group.rank(), ranks = group.size();
+  compress_inputs in;
+  on_every_rank(group, [&] { in = read_compress_inputs(args, outputs); });
+  const compress::method how = in.how;
+  const std::string& model_dir = in.model_dir;
+  const std::string& calibration_path = in.calibration_path;
+  const io::safetensors_checkpoint& checkpoint = *in.checkpoint;
+  const std::optional<model::moe_model>& moe = in.moe;
+  const compress::compress_params& params = in.params;
+  const host_context ctx = make_context(args);
+  (void)how;
+
+  // The output directory's contents go to the staging directory that commit() renames: rank 0 makes it beside
+  // OUT_DIR, and every rank writes its layers' shards there.
+  std::string staging;
+  const std::string dense_subdir = "dense";
+  on_every_rank(group, [&] {
+    if (rank != 0) return;
+    staging = outputs.staging_directory();
+    if (params.restore_dense) fs::create_directory(fs::path(staging) / dense_subdir);
+  });
+  staging = group.broadcast(staging, 0);
+  std::optional<shared_staging> hold;
+  if (rank != 0) hold.emplace(staging);
+  const std::string dense_dir = (fs::path(staging) / dense_subdir).string();
+
+  const index_t layers = static_cast<index_t>(moe ? moe->layers.size() : in.dense->layers.size());
+  progress_display progress(rank == 0 && !args.flag("--quiet") && ::isatty(2) != 0,
+                            rank == 0 && args.flag("--progress") && !args.flag("--quiet"), layers);
   compress::compress_observer observer;
   observer.step = [&](index_t layer, index_t, const std::string& name, const std::string& step) {
     progress.update(layer, name, step);
   };
-  io::safetensors_sharded_writer writer(staging, "model");
-  std::optional<io::safetensors_sharded_writer> dense_writer;
-  const std::string dense_dir = (fs::path(staging) / "dense").string();
-  if (params.restore_dense) {
-    fs::create_directory(dense_dir);
-    dense_writer.emplace(dense_dir, "model");
-  }
   compress::checkpoint_report report;
-  try {
-    report = moe ? compress::compress_checkpoint(ctx, params, checkpoint, *moe, compress::layout_of(layouts, *moe), config_text,
-                                                 calibration ? &*calibration : nullptr, writer,
-                                                 dense_writer ? &*dense_writer : nullptr, observer)
-                 : compress::compress_dense_checkpoint(ctx, params, checkpoint, *dense, config_text,
-                                                       calibration ? &*calibration : nullptr, writer, observer);
-  } catch (const io_error& e) {
-    const std::string what = e.what();
-    if (what.find("read_calibration_tokens") != std::string::npos) throw usage_error("option --calibration: " + what);
-    throw;
-  } catch (const invalid_argument& e) {  // a layer's own rule (issue 34: more similarity tokens than it has)
-    throw usage_error(name_the_compress_option(e.what()));
+  json report_json_value;
+  std::optional<io::safetensors_sharded_writer> writer, dense_writer;
+  const auto library_errors = [&](auto&& run) {
+    try {
+      return run();
+    } catch (const io_error& e) {
+      const std::string what = e.what();
+      if (what.find("read_calibration_tokens") != std::string::npos) throw usage_error("option --calibration: " + what);
+      throw;
+    } catch (const invalid_argument& e) {  // a layer's own rule (issue 34: more similarity tokens than it has)
+      throw usage_error(name_the_compress_option(e.what()));
+    }
+  };
+  // 1. Every rank its layers (one process: all of them; moefy and sadmoe: rank 0 alone). Each step ends with
+  //    every rank agreeing that none failed (on_every_rank), so that the collectives stay matched.
+  std::vector<index_t> mine;
+  compress::checkpoint_report part;
+  on_every_rank(group, [&] {
+    writer.emplace(staging, "model");
+    if (params.restore_dense) dense_writer.emplace(dense_dir, "model");
+    io::safetensors_sharded_writer* dense_out = dense_writer ? &*dense_writer : nullptr;
+    if (!moe) {
+      if (rank != 0) return;
+      report = library_errors([&] {
+        return compress::compress_dense_checkpoint(ctx, params, checkpoint, *in.dense, in.config_text, in.calibration_file(),
+                                                   *writer, observer);
+      });
+    } else if (ranks == 1) {
+      report = library_errors([&] {
+        return compress::compress_checkpoint(ctx, params, checkpoint, *moe, compress::layout_of(in.layouts, *moe),
+                                             in.config_text, in.calibration_file(), *writer, dense_out, observer);
+      });
+    } else {
+      mine = compress::assign_layers(compress::layer_bytes(checkpoint, *moe), ranks)[static_cast<std::size_t>(rank)];
+      part = library_errors([&] {
+        return compress::compress_checkpoint_layers(ctx, params, checkpoint, *moe, in.calibration_file(), mine, *writer,
+                                                    dense_out, observer);
+      });
+      if (part.status == status::numerical_error) throw_layer_failure(part, true);
+      if (rank != 0) {  // the shards stay for rank 0 to adopt
+        writer->release();
+        if (dense_writer) dense_writer->release();
+      }
+    }
+  });
+  // 2. The layer reports to rank 0 (distributed MoE runs).
+  std::vector<compress::layer_report> every;
+  if (moe && ranks > 1) {
+    json records = json::array();
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      records.push_back({{"index", mine[k]}, {"report", compress::layer_report_json(part.layers[k])}});
+    const std::vector<std::string> gathered = group.gather(records.dump(), 0);
+    if (rank == 0) {
+      std::vector<std::optional<compress::layer_report>> by_layer(static_cast<std::size_t>(layers));
+      for (const std::string& text : gathered)
+        for (const json& record : json::parse(text))
+          by_layer[record.at("index").get<std::size_t>()] = compress::parse_layer_report(record.at("report"));
+      for (auto& l : by_layer) every.push_back(std::move(*l));
+    }
   }
-  progress.finish();
-  if (report.status == status::numerical_error)
-    throw numerical_failure("compress: " + std::string(moe ? "MoE layer " : "FFN ") + report.failed_layer +
-                            ": the compressed layer's output error on the calibration tokens is " +
-                            (std::isnan(report.criterion) ? "nan" : "inf") +
-                            " (numerical failure, status numerical_error), nothing was written");
-  write_text(staging, "config.json", report.config_json);
-  copy_other_files(model_dir, staging);
-  if (dense_writer) {
-    write_text(dense_dir, "config.json", report.dense_config_json);
-    copy_other_files(model_dir, dense_dir);
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  const json report_json = compress::report_json(report, model_dir, calibration_path, seconds, peak_rss_bytes());
-  const std::string report_text = report_json.dump(2) + "\n";
-  write_text(staging, "compression_report.json", report_text);
-  outputs.stage_text("--report", report_text);  // checked with the other outputs before any work
-  outputs.commit();  // the last step: nothing before it is left behind, nothing after it changes the outputs
+  // 3. Rank 0: the rest of the checkpoint, config.json, the report, and the commit.
+  on_every_rank(group, [&] {
+    if (rank != 0) return;
+    if (moe && ranks > 1)
+      report = library_errors([&] {
+        return compress::finish_checkpoint(ctx, params, checkpoint, *moe, compress::layout_of(in.layouts, *moe),
+                                           in.config_text, std::move(every), *writer,
+                                           dense_writer ? &*dense_writer : nullptr, observer);
+      });
+    progress.finish();
+    if (report.status == status::numerical_error) throw_layer_failure(report, moe.has_value());
+    write_text(staging, "config.json", report.config_json);
+    copy_other_files(model_dir, staging);
+    if (dense_writer) {
+      write_text(dense_dir, "config.json", report.dense_config_json);
+      copy_other_files(model_dir, dense_dir);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    report_json_value = compress::report_json(report, model_dir, calibration_path, seconds, peak_rss_bytes());
+    const std::string report_text = report_json_value.dump(2) + "\n";
+    write_text(staging, "compression_report.json", report_text);
+    outputs.stage_text("--report", report_text);  // checked with the other outputs before any work
+    outputs.commit();  // the last step: nothing before it is left behind, nothing after it changes the outputs
+  });
+  hold.reset();  // committed by rank 0: nothing of the staging directory is this rank's any more
+  group.finalize();
+  if (rank != 0) return 0;
   if (args.flag("--json")) {  // the report itself, on one line
-    std::printf("%s\n", report_json.dump().c_str());
+    std::printf("%s\n", report_json_value.dump().c_str());
     return 0;
   }
-  print_table(report, model_dir, report_json["totals"]);
+  print_table(report, model_dir, report_json_value["totals"]);
   const std::string out_dir = *args.value("-o");
   std::printf("wrote %s (report: %s)\n", out_dir.c_str(),
               args.value("--report") ? args.value("--report")->c_str() : (out_dir + "/compression_report.json").c_str());

@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
       }
       output_files outputs(c.spec, parsed);  // checked before any work; removed unless committed
       return c.run(parsed, outputs);
+    } catch (const silent_failure& e) {
+      return e.status;
     } catch (const usage_error& e) {
       return fail(2, e.what());
     } catch (const numerical_failure& e) {
