@@ -1391,6 +1391,9 @@ class staging_directory {
     }
     throw moecomp::io_error("compress_checkpoint: cannot create a staging directory beside '" + target_ + "'");
   }
+  /// A directory the caller made and the parts wrote into (compress_checkpoint's finish): removed whole unless
+  /// committed, renamed into place by commit().
+  staging_directory(const std::string& target, const std::string& existing) : target_(target), path_(existing) {}
   ~staging_directory() {
     if (!path_.empty()) {
       std::error_code ignored;
@@ -1531,6 +1534,22 @@ struct python_observer {
   }
 };
 
+/// moecomp.assign_layers: the checkpoint's MoE layers spread over `parts` by bytes.
+std::vector<std::vector<index_t>> assign_layers_of(py::handle model_dir_arg, index_t parts, py::handle layouts_arg) {
+  constexpr const char* fn = "assign_layers";
+  namespace mm = moecomp::model;
+  const std::string model_dir = path_arg(fn, "model_dir", model_dir_arg);
+  if (parts < 1) throw py::value_error(std::string(fn) + ": parts must be >= 1, got " + std::to_string(parts));
+  const std::optional<std::string> layouts_dir =
+      layouts_arg.is_none() ? std::nullopt : std::optional<std::string>(path_arg(fn, "layouts", layouts_arg));
+  const std::vector<mm::checkpoint_layout> layouts = layouts_from(fn, layouts_dir);
+  const std::string config_path = (fs::path(model_dir) / "config.json").string();
+  const std::string config_text = named(fn, [&] { return mm::read_text_file(config_path); });
+  const moecomp::io::safetensors_checkpoint checkpoint = moecomp::io::open_safetensors_checkpoint(model_dir);
+  const mm::moe_model m = named(fn, [&] { return mm::describe_moe_model(layouts, config_text, checkpoint, config_path); });
+  return mc::assign_layers(mc::layer_bytes(checkpoint, m), parts);
+}
+
 py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg, const std::string& method,
                                index_t experts, py::handle calibration_arg, const std::string& features,
                                const std::string& linkage, const std::optional<std::string>& merge,
@@ -1543,7 +1562,9 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
                                index_t similarity_tokens, index_t augment, const std::string& merge_router,
                                const std::string& align, index_t samples, bool global_prune, const std::string& center,
                                const std::string& residual, index_t rank,
-                               py::handle layouts_arg, py::handle progress, int threads, const std::string& expert_storage) {
+                               py::handle layouts_arg, py::handle progress, int threads, const std::string& expert_storage,
+                               const std::optional<std::vector<index_t>>& layers, py::handle work_dir_arg,
+                               py::handle layer_reports) {
   constexpr const char* fn = "compress_checkpoint";
   namespace io = moecomp::io;
   namespace mm = moecomp::model;
@@ -1677,6 +1698,112 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
     }
   }
   const moecomp::host_context ctx(threads);
+
+  // One checkpoint from several processes (docs/python.md): a part compresses `layers` into work_dir and leaves
+  // its shards there; the finish adopts every part's shards and commits work_dir as out_dir.
+  const bool finishing = !layer_reports.is_none();
+  if (layers || finishing) {
+    if (!moe)
+      throw py::value_error(std::string(fn) + ": layers and layer_reports are for MoE checkpoints; method " +
+                            mc::to_string(params.method) + " runs in one call");
+    if (work_dir_arg.is_none())
+      throw py::value_error(std::string(fn) + ": layers and layer_reports need work_dir, the directory every part writes into");
+    const std::string work_dir = path_arg(fn, "work_dir", work_dir_arg);
+    if (!fs::is_directory(fs::status(work_dir, ec)))
+      throw py::value_error(std::string(fn) + ": work_dir '" + work_dir + "' is not an existing directory");
+    const std::string dense_dir = (fs::path(work_dir) / "dense").string();
+    if (params.restore_dense) fs::create_directories(dense_dir, ec);
+    const mm::checkpoint_layout& layout = mc::layout_of(layouts, *moe);
+    if (!finishing) {
+      const index_t L = static_cast<index_t>(moe->layers.size());
+      for (std::size_t k = 0; k < layers->size(); ++k)
+        if ((*layers)[k] < 0 || (*layers)[k] >= L || (k > 0 && (*layers)[k] <= (*layers)[k - 1]))
+          throw py::value_error(std::string(fn) + ": layers must be ascending distinct layer indices in [0, " +
+                                std::to_string(L) + "), got " + std::to_string((*layers)[k]) + " at position " +
+                                std::to_string(k));
+      python_observer watcher;
+      watcher.progress = py::reinterpret_borrow<py::object>(progress);
+      const mc::compress_observer observer = watcher.observer();
+      mc::checkpoint_report part;
+      {
+        py::gil_scoped_release release;
+        io::safetensors_sharded_writer writer(work_dir, "model");
+        std::optional<io::safetensors_sharded_writer> dense_writer;
+        if (params.restore_dense) dense_writer.emplace(dense_dir, "model");
+        part = mc::compress_checkpoint_layers(ctx, params, checkpoint, *moe, calibration ? &*calibration : nullptr, *layers,
+                                              writer, dense_writer ? &*dense_writer : nullptr, observer);
+        if (!watcher.failed && part.status == moecomp::status::ok) {  // the shards stay for the finish
+          writer.release();
+          if (dense_writer) dense_writer->release();
+        }
+      }
+      if (watcher.error) throw *watcher.error;
+      if (part.status == moecomp::status::numerical_error)
+        throw std::runtime_error(std::string(fn) + ": MoE layer " + part.failed_layer +
+                                 ": the compressed layer's output error on the calibration tokens is " +
+                                 (std::isnan(part.criterion) ? "nan" : "inf") +
+                                 " (numerical failure, status numerical_error), nothing was written");
+      if (part.status != moecomp::status::ok)
+        throw std::runtime_error(std::string(fn) + ": the run stopped (status " + moecomp::to_string(part.status) +
+                                 "), nothing was written");
+      nlohmann::ordered_json records = nlohmann::ordered_json::array();
+      for (std::size_t k = 0; k < layers->size(); ++k)
+        records.push_back({{"index", (*layers)[k]}, {"report", mc::layer_report_json(part.layers[k])}});
+      nlohmann::ordered_json out;
+      out["layers"] = records;
+      return py::module_::import("json").attr("loads")(out.dump());
+    }
+    // The finish: every layer's record once, from the parts' "layers" lists.
+    if (layers) throw py::value_error(std::string(fn) + ": layer_reports finishes the run: give layers to the parts, not to it");
+    const std::string text = py::cast<std::string>(py::module_::import("json").attr("dumps")(layer_reports));
+    std::vector<std::optional<mc::layer_report>> by_layer(moe->layers.size());
+    try {
+      const nlohmann::ordered_json records = nlohmann::ordered_json::parse(text);
+      if (!records.is_array()) throw py::value_error(std::string(fn) + ": layer_reports must be a list of the parts' \"layers\" records");
+      for (const auto& record : records) {
+        if (!record.is_object() || !record.contains("index") || !record["index"].is_number_integer() || !record.contains("report"))
+          throw py::value_error(std::string(fn) + ": layer_reports: each record must be {\"index\": i, \"report\": {...}} as a part returns it");
+        const auto i = record["index"].get<std::int64_t>();
+        if (i < 0 || i >= static_cast<std::int64_t>(by_layer.size()) || by_layer[static_cast<std::size_t>(i)])
+          throw py::value_error(std::string(fn) + ": layer_reports: layer " + std::to_string(i) +
+                                " is outside the model's " + std::to_string(by_layer.size()) + " MoE layers or given twice");
+        by_layer[static_cast<std::size_t>(i)] = mc::parse_layer_report(record["report"]);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw py::value_error(std::string(fn) + ": layer_reports: " + e.what());
+    }
+    std::vector<mc::layer_report> every;
+    for (std::size_t i = 0; i < by_layer.size(); ++i) {
+      if (!by_layer[i])
+        throw py::value_error(std::string(fn) + ": layer_reports has no record of layer " + std::to_string(i) +
+                              " (every part's \"layers\" together, each layer once)");
+      every.push_back(std::move(*by_layer[i]));
+    }
+    staging_directory staging(out_dir, work_dir);
+    mc::checkpoint_report report;
+    std::string report_text;
+    {
+      py::gil_scoped_release release;
+      io::safetensors_sharded_writer writer(work_dir, "model");
+      std::optional<io::safetensors_sharded_writer> dense_writer;
+      if (params.restore_dense) dense_writer.emplace(dense_dir, "model");
+      report = mc::finish_checkpoint(ctx, params, checkpoint, *moe, layout, config_text, std::move(every), writer,
+                                     dense_writer ? &*dense_writer : nullptr);
+      write_text(work_dir, "config.json", report.config_json);
+      copy_other_files(model_dir, work_dir);
+      if (dense_writer) {
+        write_text(dense_dir, "config.json", report.dense_config_json);
+        copy_other_files(model_dir, dense_dir);
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      report_text = mc::report_json(report, model_dir, calibration_path, seconds, peak_rss_bytes()).dump(2) + "\n";
+      write_text(work_dir, "compression_report.json", report_text);
+    }
+    staging.commit();
+    return py::module_::import("json").attr("loads")(report_text);
+  }
+  if (!work_dir_arg.is_none())
+    throw py::value_error(std::string(fn) + ": work_dir is for a run in parts (layers, layer_reports)");
 
   // The run, into the staging directory beside OUT_DIR.
   staging_directory staging(out_dir);
@@ -2090,9 +2217,16 @@ PYBIND11_MODULE(moecomp, m) {
         py::arg("merge_router") = "auto", py::arg("align") = "none", py::arg("samples") = 0, py::arg("global_prune") = false, py::arg("center") = "barycenter",
         py::arg("residual") = "prune", py::arg("rank") = 0, py::arg("layouts") = py::none(),
         py::arg("progress") = py::none(), py::arg("threads") = 0, py::arg("expert_storage") = "distinct",
+        py::arg("layers") = py::none(), py::arg("work_dir") = py::none(), py::arg("layer_reports") = py::none(),
         "A Hugging Face checkpoint compressed as `moecomp compress` compresses it (the same files): written into "
         "out_dir (replaced whole, through a staging directory beside it); returns compression_report.json as a "
-        "dict. progress: a callable(layer, layers, name, step).");
+        "dict. progress: a callable(layer, layers, name, step). In parts over processes: each part passes its "
+        "layers and a shared work_dir and returns {'layers': records}; one call with layer_reports (every part's "
+        "records) finishes the checkpoint and moves work_dir to out_dir.");
+  m.def("assign_layers", &assign_layers_of, py::arg("model_dir"), py::arg("parts"), py::kw_only(),
+        py::arg("layouts") = py::none(),
+        "The MoE layers of model_dir spread over `parts` processes, balanced by bytes (compress::assign_layers): a "
+        "list of `parts` ascending lists of layer indices, the same on every process.");
   m.attr("default_layouts") = MOECOMP_SOURCE_LAYOUTS_DIR;
   m.def("normal", &normal, py::arg("rows"), py::arg("cols"), py::arg("seed") = 0, py::arg("stream") = 0,
         "rows x cols float64 standard normals from moecomp's seeded generator (the same numbers on every platform "

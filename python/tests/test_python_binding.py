@@ -882,6 +882,51 @@ def test_compress_checkpoint():
               os.path.isfile(os.path.join(tmp, "moefy", "config.json")))
 
 
+def test_compress_checkpoint_in_parts():
+    """One checkpoint from several processes (docs/python.md): two parts, each a process's call with its layers
+    from assign_layers and a shared work_dir, then one call with every part's records; the checkpoint equals one
+    call's, file for file. The parts run here one after the other; the mpi4py example in docs/python.md runs them
+    as ranks."""
+    model = os.path.join(MODELS, "tiny-moe")
+    split = moecomp.assign_layers(model, 2)
+    check("assign_layers: the 4 layers over 2 parts, 2 each, by bytes", split == [[0, 2], [1, 3]], split)
+    runs = (("hc-smoe", {"experts": 4}), ("prune", {"experts": 4, "criterion": "router-score", "global_prune": True}),
+            ("resmoe", {"keep": 0.3, "restore_dense": True}), ("cka-merge", {"experts": 4, "merge": "learned"}))
+    with tempfile.TemporaryDirectory() as tmp:
+        for method, kwargs in runs:
+            whole, parts = os.path.join(tmp, f"{method}-whole"), os.path.join(tmp, f"{method}-parts")
+            moecomp.compress_checkpoint(model, whole, method, **kwargs)
+            work = tempfile.mkdtemp(dir=tmp, prefix=f"{method}-work-")
+            records = []
+            for layers in split:  # each part: its own process in a real run
+                part = moecomp.compress_checkpoint(model, parts, method, layers=layers, work_dir=work, **kwargs)
+                records += part["layers"]
+            check(f"compress_checkpoint {method} in parts: each part returns its layers' records, OUT_DIR not yet there",
+                  sorted(r["index"] for r in records) == [0, 1, 2, 3] and not os.path.exists(parts))
+            report = moecomp.compress_checkpoint(model, parts, method, work_dir=work, layer_reports=records, **kwargs)
+            ta, tb = tree(whole), tree(parts)
+            same = sorted(ta) == sorted(tb) and all(ta[f] == tb[f] for f in ta if f != "compression_report.json")
+            check(f"compress_checkpoint {method} in parts = one call's checkpoint, every file byte for byte "
+                  f"({len(ta)} files)", same,
+                  "" if same else sorted(set(ta) ^ set(tb)) or [f for f in ta if ta[f] != tb.get(f)])
+            check(f"compress_checkpoint {method} in parts: the report but for times, memory and 'model'; work_dir "
+                  f"moved to out_dir", comparable(ta["compression_report.json"]) == comparable(tb["compression_report.json"])
+                  and report["method"] == method and not os.path.exists(work))
+        work = tempfile.mkdtemp(dir=tmp)
+        part = moecomp.compress_checkpoint(model, os.path.join(tmp, "x"), "prune", experts=4, layers=[0], work_dir=work)
+        expect("layer_reports missing a layer names it", ValueError, "layer_reports has no record of layer 1",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "prune", experts=4, work_dir=work,
+               layer_reports=part["layers"])
+        expect("a part's layers out of order", ValueError, "layers must be ascending distinct layer indices in [0, 4), "
+               "got 1 at position 1", moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "prune", experts=4,
+               layers=[2, 1], work_dir=work)
+        expect("layers without work_dir", ValueError, "layers and layer_reports need work_dir",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "prune", experts=4, layers=[0])
+        expect("a finish without every layer's record", ValueError, "layer_reports has no record of layer 0",
+               moecomp.compress_checkpoint, model, os.path.join(tmp, "x"), "prune", experts=4, work_dir=work,
+               layer_reports=[])
+
+
 def test_generator():
     a, b = moecomp.normal(3, 4, seed=7), moecomp.normal(3, 4, seed=7)
     check("normal: the same seed gives the same numbers", np.array_equal(a, b) and a.shape == (3, 4))
@@ -892,7 +937,7 @@ def main():
     for test in (test_generator, test_pdist, test_linkage, test_route, test_cka, test_emd, test_kmeans,
                  test_linear_sum_assignment, test_sinkhorn, test_merge, test_align, test_prune, test_residuals,
                  test_partition, test_cka_matrix, test_dispatch, test_moe_layer_forward, test_compress_layer,
-                 test_compress_checkpoint):
+                 test_compress_checkpoint, test_compress_checkpoint_in_parts):
         test()
     print(f"{checks - failures}/{checks} checks passed")
     return 1 if failures else 0
