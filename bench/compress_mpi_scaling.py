@@ -7,7 +7,6 @@ which is part of where the time beyond half goes.
 Usage: bench/compress_mpi_scaling.py build/mine/tools/cli/moecomp [--hidden 1024 --ffn 2048 --tokens 1024]
        [--methods hc-smoe,resmoe,prune,cka-merge] [--repeats 1]"""
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -18,17 +17,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reliability"))
-
-
-def digest(folder):
-    out = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            if name == "compression_report.json":
-                continue
-            path = os.path.join(root, name)
-            out[os.path.relpath(path, folder)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    return out
 
 
 def timed(command, env):
@@ -54,6 +42,7 @@ def main():
     sys.argv[1:] = [tool]
     import numpy as np
     import test_hostile
+    from output_digest import digest
 
     env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
     if os.geteuid() == 0:

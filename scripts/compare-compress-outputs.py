@@ -6,8 +6,6 @@ as JSON with its timings (seconds, steps_seconds, peak_rss_bytes) left out. Prin
 on any difference.
 
 Usage: scripts/compare-compress-outputs.py BEFORE/moecomp AFTER/moecomp"""
-import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -18,33 +16,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "reliability"))
 sys.argv.append(sys.argv[2] if len(sys.argv) > 2 else "")  # test_hostile reads its tool from argv[1]
 import numpy as np  # noqa: E402
 import test_hostile  # noqa: E402
+import output_digest  # noqa: E402
 
 EMBEDDED = os.path.normpath(os.path.join(HERE, "..", "models", "tiny-moe"))
 DENSE = os.path.normpath(os.path.join(HERE, "..", "models", "tiny-dense"))
-TIMINGS = {"seconds", "steps_seconds", "peak_rss_bytes"}
-
-
-def without_timings(value):
-    if isinstance(value, dict):
-        return {k: without_timings(v) for k, v in value.items() if k not in TIMINGS}
-    if isinstance(value, list):
-        return [without_timings(v) for v in value]
-    return value
 
 
 def digest(folder):
-    out = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, folder)
-            if name == "compression_report.json":
-                report = json.load(open(path))
-                report["model"] = "-"
-                out[rel] = json.dumps(without_timings(report), sort_keys=True)
-            else:
-                out[rel] = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    return out
+    return output_digest.digest(folder, output_digest.TIMINGS | {"model"})
 
 
 def main():

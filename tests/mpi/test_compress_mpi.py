@@ -9,8 +9,6 @@
 
 Usage: test_compress_mpi.py MOECOMP [MPIRUN]. Exits 77 (skipped) without mpirun."""
 import glob
-import hashlib
-import json
 import os
 import shutil
 import signal
@@ -26,9 +24,9 @@ MPIRUN = sys.argv[2] if len(sys.argv) > 2 else shutil.which("mpirun")
 sys.argv[1:] = [TOOL]  # test_hostile reads its tool from argv[1]
 import numpy as np  # noqa: E402
 import test_hostile  # noqa: E402
+from output_digest import digest  # noqa: E402
 
 MODELS = os.path.normpath(os.path.join(HERE, "..", "..", "models"))
-TIMINGS = {"seconds", "steps_seconds", "peak_rss_bytes"}
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", MOECOMP_HUGEPAGES="0")
 if os.geteuid() == 0:  # Open MPI refuses root unless told
     ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -39,27 +37,6 @@ def check(label, ok, detail=""):
     global failures
     failures += 0 if ok else 1
     print(f"{'ok  ' if ok else 'FAIL'} {label}{': ' + detail if detail and not ok else ''}", flush=True)
-
-
-def without_timings(value):
-    if isinstance(value, dict):
-        return {k: without_timings(v) for k, v in value.items() if k not in TIMINGS}
-    if isinstance(value, list):
-        return [without_timings(v) for v in value]
-    return value
-
-
-def digest(folder):
-    out = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, folder)
-            if name == "compression_report.json":
-                out[rel] = json.dumps(without_timings(json.load(open(path))), sort_keys=True)
-            else:
-                out[rel] = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    return out
 
 
 def mpirun(ranks, *args, **kwargs):

@@ -7,6 +7,8 @@
 // compress::compress_params, compress::resolved_params settles and checks them, compress::compress_checkpoint
 // writes the shards into the staging directory beside OUT_DIR; this file writes config.json, the report and the
 // model directory's other files there, shows the progress, and commits OUT_DIR (output_files) as the last step.
+// Under an MPI launch with several ranks (process_group.hpp) each rank compresses its share of the layers
+// (compress::compress_checkpoint_layers) into that directory and rank 0 finishes (compress::finish_checkpoint).
 #include "cli.hpp"
 #include "process_group.hpp"
 
@@ -496,14 +498,12 @@ int compress_command(const arguments& args, output_files& outputs) {
   const int rank = group.rank(), ranks = group.size();
   compress_inputs in;
   on_every_rank(group, [&] { in = read_compress_inputs(args, outputs); });
-  const compress::method how = in.how;
   const std::string& model_dir = in.model_dir;
   const std::string& calibration_path = in.calibration_path;
   const io::safetensors_checkpoint& checkpoint = *in.checkpoint;
   const std::optional<model::moe_model>& moe = in.moe;
   const compress::compress_params& params = in.params;
   const host_context ctx = make_context(args);
-  (void)how;
 
   // The output directory's contents go to the staging directory that commit() renames: rank 0 makes it beside
   // OUT_DIR, and every rank writes its layers' shards there.
