@@ -13,10 +13,12 @@ namespace moecomp_cli {
 
 namespace {
 
-/// The rank count a launcher announces in the environment (Open MPI's mpirun, PMI and PMIx as srun sets them),
-/// or 1. MPI is initialised only above 1, so that a plain `moecomp compress` never touches MPI.
+/// The rank count a launcher announces in the environment, or 1: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), a PMI
+/// launcher such as MPICH's mpiexec or srun --mpi=pmi2 (PMI_SIZE), srun's job step (SLURM_STEP_NUM_TASKS; not
+/// SLURM_NTASKS, which a batch script sees too). MPI is initialised only above 1, so that a plain
+/// `moecomp compress`, also inside an allocation, never touches MPI.
 int launcher_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
     const char* value = std::getenv(name);
     if (value == nullptr) continue;
     const int n = std::atoi(value);
