@@ -2,7 +2,8 @@
 // describe_moe_model and describe_dense_model (then routing_of and loading the first layer when a config
 // resolves), all against the repository's layouts/*.json and one small synthetic checkpoint that holds
 // tensors in the naming of every family (Mixtral per-expert and fused, OLMoE / Qwen2-MoE / DeepSeek under
-// mlp., Switch Transformers, dense Mistral/Llama FFNs). The same bytes are also parsed as a layout file.
+// mlp., Switch Transformers, dense Mistral/Llama FFNs). The same bytes are also parsed as a layout file, and
+// as a layer report from another process (compress::parse_layer_report), which must round-trip when accepted.
 // Not part of the CMake build; see fuzz/README.md.
 //
 // kind_of_model must never throw; everything else must succeed or be refused with moecomp::io_error.
@@ -11,8 +12,11 @@
 //
 // The layouts are read from $MOECOMP_LAYOUTS_DIR, else ./layouts (scripts/run-fuzzers.sh runs in the
 // repository root); the checkpoint is written once into a temporary directory, removed at exit.
+#include <moecomp/compress/compress.hpp>
 #include <moecomp/io/safetensors.hpp>
 #include <moecomp/model/layout.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -131,6 +135,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     (void)model::parse_checkpoint_layout(text, "fuzz-layout");
   } catch (const moecomp::io_error&) {
+  }
+  const nlohmann::ordered_json record = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_discarded()) {
+    try {
+      const nlohmann::ordered_json again = moecomp::compress::layer_report_json(moecomp::compress::parse_layer_report(record));
+      if (moecomp::compress::layer_report_json(moecomp::compress::parse_layer_report(again)) != again) std::abort();
+    } catch (const moecomp::io_error&) {
+    }
   }
   return 0;
 }

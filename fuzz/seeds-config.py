@@ -37,3 +37,16 @@ with open(os.path.join(here, '..', 'layouts', 'qwen2_moe.json')) as f:
     layout = f.read()
 with open(os.path.join(corpus, 'layout-qwen2_moe.json'), 'w') as f:
     f.write(layout)
+# A layer report as one process sends it to another (compress::layer_report_json): the same bytes go to
+# compress::parse_layer_report.
+write('layer-report.json', {
+    'layer': 'model.layers.0.block_sparse_moe', 'experts': 8, 'distinct_experts': 4, 'groups': [0, 1, 0, 2, 3, 1, 2, 3],
+    'dominants': [0, 1, 3, 4], 'coefficients': [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+    'group_merge_errors': [0.1, 'nan', 0.2, 0.3], 'router_rule': 'map', 'id_map': [0, 1, 0, 2, 3, 1, 2, 3],
+    'frequencies': [], 'similarity_tokens': 0, 'augmented_tokens': 0, 'criterion': 'reap', 'scores': [1.5, '-inf'],
+    'kept': [0, 3], 'keep': 0.25, 'values': 'bf16', 'formats': [['bitmap', '-', 'csr16']], 'residual_bytes': [214],
+    'barycenter_iterations': 3, 'barycenter_status': 1, 'barycenter_objective': 1.97,
+    'resmoe_approximation_error': 0.69, 'center': 'barycenter', 'residual': 'prune', 'rank': 0,
+    'output_relative_error': 0.78, 'calibration_tokens': 64, 'bytes_before': 6080.0, 'bytes_after': 7280.0,
+    'bytes_written': 7280.0, 'bits_per_weight': 40.4, 'steps_seconds': [['loading', 0.01], ['merging', 'inf']],
+    'stored_experts': 4, 'expert_map_tensor': 'model.layers.0.block_sparse_moe.expert_map', 'seconds': 0.5})

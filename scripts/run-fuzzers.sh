@@ -18,7 +18,7 @@ for source in fuzz/*_fuzzer.cpp; do
   target=${name%_fuzzer}
   binary=build/fuzz/$name
   corpus=build/fuzz/corpus-$target
-  clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude \
+  clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -isystem /usr/include/eigen3 \
     "$source" -o "$binary"
   mkdir -p "$corpus"
   if [ -x "fuzz/seeds-$target.py" ] || [ -f "fuzz/seeds-$target.py" ]; then
