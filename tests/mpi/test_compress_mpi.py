@@ -2,7 +2,7 @@
 """`mpirun -n 2 moecomp compress` against one process (issue 37; docs/cli.md, "compress on several processes").
 
 1. Every MoE method on the embedded model and on a synthetic 4-layer checkpoint (Mixtral layout, bf16), and moefy
-   on the embedded dense model: the output directory of 2 ranks equals one process's file for file, byte for
+   and sadmoe on the embedded dense models (rank 0 runs them alone): the output directory of 2 ranks equals one process's file for file, byte for
    byte (compression_report.json as JSON without its timings and the peak RSS).
 2. SIGTERM to one rank mid-run: no OUT_DIR and no staging directory remain; the other rank exits non-zero with
    exactly one line on its stderr, a "moecomp: error:" line.
@@ -121,6 +121,8 @@ def main():
                      (f"{name} prune reap", model, ["--method", "prune", "--criterion", "reap"]),
                      (f"{name} prune --global", model, ["--method", "prune", "--global"])]
         runs.append(("tiny-dense moefy (rank 0 alone)", os.path.join(MODELS, "tiny-dense"), ["--method", "moefy"]))
+        runs.append(("tiny-dense-hoyer sadmoe (rank 0 alone)", os.path.join(MODELS, "tiny-dense-hoyer"),
+                     ["--method", "sadmoe", "--router-steps", "30", "--n-init", "2"]))
         work = os.path.join(tmp, "work")
         os.makedirs(work)
         for label, model, args in runs:
