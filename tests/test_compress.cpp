@@ -1332,6 +1332,40 @@ TEST_CASE("one checkpoint from two processes: compress_checkpoint_layers and fin
   }
 }
 
+TEST_CASE("compress_checkpoint_layers and finish_checkpoint refuse misuse, and a missing shard, by name") {
+  const opened o(planted_model(false, false), "compress_parts_misuse");
+  const compress::compress_params p = resolved(o, compress::method::prune, 4);
+  const auto& layout = compress::layout_of(repository_layouts(), o.m);
+  const moecomp::host_context ctx(1);
+  temp_dir dir("compress_parts_misuse_out");
+  io::safetensors_sharded_writer writer(dir.path.string(), "model");
+  CHECK(moecomp_test::thrown_message([&] {
+          (void)compress::compress_checkpoint_layers(ctx, p, o.checkpoint, o.m, &o.calibration, {1, 0}, writer);
+        }) == "compress_checkpoint_layers: layers must be ascending distinct layer indices in [0, 2), got 0 at position 1");
+  CHECK(moecomp_test::thrown_message([&] {
+          (void)compress::compress_checkpoint_layers(ctx, p, o.checkpoint, o.m, &o.calibration, {2}, writer);
+        }) == "compress_checkpoint_layers: layers must be ascending distinct layer indices in [0, 2), got 2 at position 0");
+  const compress::checkpoint_report part =
+      compress::compress_checkpoint_layers(ctx, p, o.checkpoint, o.m, &o.calibration, {1}, writer);
+  REQUIRE(part.ok());
+  std::vector<compress::layer_report> one{part.layers[0]};
+  CHECK(moecomp_test::thrown_message([&] {
+          (void)compress::finish_checkpoint(ctx, p, o.checkpoint, o.m, layout, o.config, one, writer);
+        }) == "finish_checkpoint: layers must hold every MoE layer's report (2), got 1");
+  std::vector<compress::layer_report> swapped{part.layers[0], part.layers[0]};
+  CHECK(moecomp_test::thrown_message([&] {
+          (void)compress::finish_checkpoint(ctx, p, o.checkpoint, o.m, layout, o.config, swapped, writer);
+        }) == "finish_checkpoint: layers[0] must be layer 'model.layers.0.block_sparse_moe', got "
+              "'model.layers.1.block_sparse_moe'");
+  // Layer 0's shard was never written: the finish names the file it looked for.
+  std::vector<compress::layer_report> both{part.layers[0], part.layers[0]};
+  both[0].layer = "model.layers.0.block_sparse_moe";
+  CHECK(io_error_message([&] {
+          (void)compress::finish_checkpoint(ctx, p, o.checkpoint, o.m, layout, o.config, both, writer);
+        }) == "safetensors_sharded_writer::adopt_shard: shard 0 ('" + (dir.path / "model.part-1.safetensors").string() +
+                  "') was not written: no such regular file");
+}
+
 TEST_CASE("assign_layers: the largest layers first, each to the lightest part, ties to the lower index") {
   using parts = std::vector<std::vector<index_t>>;
   CHECK(compress::assign_layers({10, 10, 10, 10}, 2) == parts{{0, 2}, {1, 3}});
