@@ -6,6 +6,7 @@
    byte (compression_report.json as JSON without its timings and the peak RSS).
 2. SIGTERM to one rank mid-run: no OUT_DIR and no staging directory remain; the other rank exits non-zero with
    exactly one line on its stderr, a "moecomp: error:" line.
+3. Another command (pdist) under the launcher is refused with one line from rank 0, writing nothing.
 
 Usage: test_compress_mpi.py MOECOMP [MPIRUN]. Exits 77 (skipped) without mpirun."""
 import glob
@@ -102,6 +103,22 @@ def kill_one_rank(tmp):
     check("rank 0 says one error line", len(lines) == 1 and lines[0].startswith("moecomp: error: "), repr(lines))
 
 
+def other_command_refused(tmp):
+    """Any command but compress under a 2-rank launch: refused before it reads or writes anything."""
+    x, d, logs = os.path.join(tmp, "X.npy"), os.path.join(tmp, "D.npy"), os.path.join(tmp, "pdist-logs")
+    np.save(x, np.random.default_rng(3).standard_normal((10, 4)).astype(np.float32))
+    r = subprocess.run(mpirun(2, "pdist", x, "-o", d, mpi=["--output-filename", logs]), env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    rank0 = glob.glob(os.path.join(logs, "*", "rank.0", "stderr"))
+    rank1 = glob.glob(os.path.join(logs, "*", "rank.1", "stderr"))
+    lines = open(rank0[0]).read().splitlines() if rank0 else []
+    quiet = rank1 and open(rank1[0]).read() == ""
+    check("pdist under mpirun -n 2: refused, no output, one line from rank 0 and none from rank 1",
+          r.returncode != 0 and not os.path.exists(d) and len(lines) == 1 and quiet and
+          lines[0] == "moecomp: error: 'pdist' runs on one process, and this launch has 2 ranks: only compress spreads "
+                      "its work over ranks (start 'pdist' without mpirun or srun)", repr(lines))
+
+
 def main():
     if not MPIRUN or not os.path.exists(MPIRUN):
         print("skipped: no mpirun")
@@ -127,6 +144,7 @@ def main():
         os.makedirs(work)
         for label, model, args in runs:
             same_output(work, label, model, args)
+        other_command_refused(work)
         kill_dir = os.path.join(tmp, "kill")
         os.makedirs(kill_dir)
         kill_one_rank(kill_dir)

@@ -2,7 +2,9 @@
 // exit 0 on success, 2 on bad usage or input (one "moecomp: error:" line), 3 on a numerical failure, 1 on an
 // internal failure.
 #include "cli.hpp"
+#include "process_group.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +96,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args[0] == "compress") restart_with_huge_pages(argv);
+  // Only compress spreads its work over a launcher's ranks (docs/cli.md); any other command would run whole on
+  // every rank, each replacing the same output. Rank 0 says so once.
+  const bool known = std::any_of(commands().begin(), commands().end(), [&](const auto& c) { return c.spec.name == args[0]; });
+  if (known && args[0] != "compress" && launcher_size() > 1) {
+    if (launcher_rank() != 0) return 2;
+    return fail(2, "'" + args[0] + "' runs on one process, and this launch has " + std::to_string(launcher_size()) +
+                       " ranks: only compress spreads its work over ranks (start '" + args[0] + "' without mpirun or srun)");
+  }
   for (const auto& c : commands()) {
     if (c.spec.name != args[0]) continue;
     try {

@@ -11,8 +11,6 @@
 
 namespace moecomp_cli {
 
-namespace {
-
 /// The rank count a launcher announces in the environment, or 1: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), a PMI
 /// launcher such as MPICH's mpiexec or srun --mpi=pmi2 (PMI_SIZE), srun's job step (SLURM_STEP_NUM_TASKS; not
 /// SLURM_NTASKS, which a batch script sees too). MPI is initialised only above 1, so that a plain
@@ -26,6 +24,16 @@ int launcher_size() {
   }
   return 1;
 }
+
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr) return std::atoi(value);
+  }
+  return 0;
+}
+
+namespace {
 
 #if defined(MOECOMP_CLI_MPI)
 void check(int code, const char* what) {
@@ -49,8 +57,6 @@ process_group::process_group() {
   mpi_ = true;
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-#else
-  (void)launcher_size;
 #endif
 }
 

@@ -9,6 +9,11 @@
 
 namespace moecomp_cli {
 
+/// The rank count a launcher announces in the environment (mpirun, a PMI launcher, srun's job step), or 1; and
+/// this process's rank among them (0 when none is announced). Read without initialising MPI.
+int launcher_size();
+int launcher_rank();
+
 class process_group {
  public:
   /// This process's group, MPI's world once MPI is initialised (at the first call, only under a launcher
