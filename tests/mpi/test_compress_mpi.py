@@ -7,6 +7,8 @@
 2. SIGTERM to one rank mid-run: no OUT_DIR and no staging directory remain; the other rank exits non-zero with
    exactly one line on its stderr, a "moecomp: error:" line.
 3. Another command (pdist) under the launcher is refused with one line from rank 0, writing nothing.
+4. An error on one rank (a non-finite calibration value in its layer): that rank's one line, the other rank
+   silent, both non-zero, nothing left.
 
 Usage: test_compress_mpi.py MOECOMP [MPIRUN]. Exits 77 (skipped) without mpirun."""
 import glob
@@ -103,6 +105,28 @@ def kill_one_rank(tmp):
     check("rank 0 says one error line", len(lines) == 1 and lines[0].startswith("moecomp: error: "), repr(lines))
 
 
+def one_rank_fails(tmp, four):
+    """A non-finite calibration value in layer 3, which rank 1 compresses ({1, 3}: assign_layers on four equal
+    layers): rank 1 says so in one line, rank 0 says nothing, both exit non-zero, nothing is left."""
+    model = os.path.join(tmp, "bad-calibration")
+    shutil.copytree(four, model)
+    tensors = {}
+    for name, (dtype, shape, raw) in test_hostile.read_safetensors(os.path.join(model, "calibration.safetensors")).items():
+        tensors[name] = (dtype, np.frombuffer(raw, dtype=np.float32).reshape(shape).copy())
+    tensors["layers.3.moe_input"][1][5, 7] = np.nan
+    test_hostile.write_safetensors(os.path.join(model, "calibration.safetensors"), tensors)
+    out, logs = os.path.join(tmp, "failed-out"), os.path.join(tmp, "failed-logs")
+    r = subprocess.run(mpirun(2, "compress", model, "-o", out, "--quiet", "--method", "hc-smoe",
+                              mpi=["--output-filename", logs]), env=ENV, capture_output=True, text=True, timeout=300)
+    said = [open(f).read().splitlines() for f in sorted(glob.glob(os.path.join(logs, "*", "rank.*", "stderr")))]
+    check("a failure on rank 1 (layer 3's calibration): mpirun exits non-zero", r.returncode != 0, f"exit {r.returncode}")
+    check("rank 1 says one error line naming the calibration, rank 0 nothing",
+          len(said) == 2 and said[0] == [] and len(said[1]) == 1 and said[1][0].startswith("moecomp: error: ") and
+          "layers.3.moe_input" in said[1][0], repr(said))
+    check("no OUT_DIR and no staging directory after the failure",
+          not os.path.exists(out) and not glob.glob(out + ".moecomp-tmp-*"))
+
+
 def other_command_refused(tmp):
     """Any command but compress under a 2-rank launch: refused before it reads or writes anything."""
     x, d, logs = os.path.join(tmp, "X.npy"), os.path.join(tmp, "D.npy"), os.path.join(tmp, "pdist-logs")
@@ -145,6 +169,7 @@ def main():
         for label, model, args in runs:
             same_output(work, label, model, args)
         other_command_refused(work)
+        one_rank_fails(work, four)
         kill_dir = os.path.join(tmp, "kill")
         os.makedirs(kill_dir)
         kill_one_rank(kill_dir)
