@@ -1475,6 +1475,50 @@ double peak_rss_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
+/// What a finished run leaves beside its shards in `dir`, as the tool writes it: config.json and the model
+/// directory's other files (and the same in `dense_dir` when given), then compression_report.json. Returns the
+/// report's text.
+std::string write_run_files(const std::string& dir, const std::string* dense_dir, const std::string& model_dir,
+                            const mc::checkpoint_report& report, const std::string& calibration_path,
+                            std::chrono::steady_clock::time_point started) {
+  write_text(dir, "config.json", report.config_json);
+  copy_other_files(model_dir, dir);
+  if (dense_dir != nullptr) {
+    write_text(*dense_dir, "config.json", report.dense_config_json);
+    copy_other_files(model_dir, *dense_dir);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::string text = mc::report_json(report, model_dir, calibration_path, seconds, peak_rss_bytes()).dump(2) + "\n";
+  write_text(dir, "compression_report.json", text);
+  return text;
+}
+
+/// A run (or part) that did not end ok: RuntimeError saying why (a layer's non-finite error, or stopped).
+void throw_unless_ok(const char* fn, const mc::checkpoint_report& report, bool moe) {
+  if (report.status == moecomp::status::numerical_error)
+    throw std::runtime_error(std::string(fn) + ": " + (moe ? "MoE layer " : "FFN ") + report.failed_layer +
+                             ": the compressed layer's output error on the calibration tokens is " +
+                             (std::isnan(report.criterion) ? "nan" : "inf") +
+                             " (numerical failure, status numerical_error), nothing was written");
+  if (report.status != moecomp::status::ok)
+    throw std::runtime_error(std::string(fn) + ": the run stopped (status " + moecomp::to_string(report.status) +
+                             "), nothing was written");
+}
+
+/// `run()` with a calibration file's defect, found when its layer comes, said as the calibration argument's
+/// (ValueError naming it) rather than a checkpoint's.
+template <class Run>
+auto naming_calibration(const char* fn, Run&& run) {
+  try {
+    return run();
+  } catch (const moecomp::io_error& e) {
+    const std::string what = e.what();
+    if (what.find("read_calibration_tokens") != std::string::npos)
+      throw moecomp::invalid_argument(std::string(fn) + ": calibration: " + what);
+    throw;
+  }
+}
+
 /// The checkpoint layouts: every *.json of `directory` (read_checkpoint_layouts), or by default the source tree's
 /// layouts/ this module was built from (MOECOMP_SOURCE_LAYOUTS_DIR), each named "layouts/NAME" as the tool names
 /// its built-in copies.
@@ -1730,22 +1774,17 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
         io::safetensors_sharded_writer writer(work_dir, "model");
         std::optional<io::safetensors_sharded_writer> dense_writer;
         if (params.restore_dense) dense_writer.emplace(dense_dir, "model");
-        part = mc::compress_checkpoint_layers(ctx, params, checkpoint, *moe, calibration ? &*calibration : nullptr, *layers,
-                                              writer, dense_writer ? &*dense_writer : nullptr, observer);
+        part = naming_calibration(fn, [&] {
+          return mc::compress_checkpoint_layers(ctx, params, checkpoint, *moe, calibration ? &*calibration : nullptr,
+                                                *layers, writer, dense_writer ? &*dense_writer : nullptr, observer);
+        });
         if (!watcher.failed && part.status == moecomp::status::ok) {  // the shards stay for the finish
           writer.release();
           if (dense_writer) dense_writer->release();
         }
       }
       if (watcher.error) throw *watcher.error;
-      if (part.status == moecomp::status::numerical_error)
-        throw std::runtime_error(std::string(fn) + ": MoE layer " + part.failed_layer +
-                                 ": the compressed layer's output error on the calibration tokens is " +
-                                 (std::isnan(part.criterion) ? "nan" : "inf") +
-                                 " (numerical failure, status numerical_error), nothing was written");
-      if (part.status != moecomp::status::ok)
-        throw std::runtime_error(std::string(fn) + ": the run stopped (status " + moecomp::to_string(part.status) +
-                                 "), nothing was written");
+      throw_unless_ok(fn, part, true);
       nlohmann::ordered_json records = nlohmann::ordered_json::array();
       for (std::size_t k = 0; k < layers->size(); ++k)
         records.push_back({{"index", (*layers)[k]}, {"report", mc::layer_report_json(part.layers[k])}});
@@ -1789,15 +1828,8 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
       if (params.restore_dense) dense_writer.emplace(dense_dir, "model");
       report = mc::finish_checkpoint(ctx, params, checkpoint, *moe, layout, config_text, std::move(every), writer,
                                      dense_writer ? &*dense_writer : nullptr);
-      write_text(work_dir, "config.json", report.config_json);
-      copy_other_files(model_dir, work_dir);
-      if (dense_writer) {
-        write_text(dense_dir, "config.json", report.dense_config_json);
-        copy_other_files(model_dir, dense_dir);
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      report_text = mc::report_json(report, model_dir, calibration_path, seconds, peak_rss_bytes()).dump(2) + "\n";
-      write_text(work_dir, "compression_report.json", report_text);
+      report_text = write_run_files(work_dir, dense_writer ? &dense_dir : nullptr, model_dir, report, calibration_path,
+                                    started);
     }
     staging.commit();
     return py::module_::import("json").attr("loads")(report_text);
@@ -1821,39 +1853,19 @@ py::object compress_checkpoint(py::handle model_dir_arg, py::handle out_dir_arg,
       fs::create_directory(dense_dir);
       dense_writer.emplace(dense_dir, "model");
     }
-    try {
-      report = moe ? mc::compress_checkpoint(ctx, params, checkpoint, *moe, mc::layout_of(layouts, *moe), config_text,
-                                             calibration ? &*calibration : nullptr, writer,
-                                             dense_writer ? &*dense_writer : nullptr, observer)
-                   : mc::compress_dense_checkpoint(ctx, params, checkpoint, *dense, config_text,
-                                                   calibration ? &*calibration : nullptr, writer, observer);
-    } catch (const moecomp::io_error& e) {
-      const std::string what = e.what();
-      if (what.find("read_calibration_tokens") != std::string::npos)
-        throw moecomp::invalid_argument(std::string(fn) + ": calibration: " + what);
-      throw;
-    }
-    if (!watcher.failed && report.status == moecomp::status::ok) {
-      write_text(staging.path(), "config.json", report.config_json);
-      copy_other_files(model_dir, staging.path());
-      if (dense_writer) {
-        write_text(dense_dir, "config.json", report.dense_config_json);
-        copy_other_files(model_dir, dense_dir);
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      report_text = mc::report_json(report, model_dir, calibration_path, seconds, peak_rss_bytes()).dump(2) + "\n";
-      write_text(staging.path(), "compression_report.json", report_text);
-    }
+    report = naming_calibration(fn, [&] {
+      return moe ? mc::compress_checkpoint(ctx, params, checkpoint, *moe, mc::layout_of(layouts, *moe), config_text,
+                                           calibration ? &*calibration : nullptr, writer,
+                                           dense_writer ? &*dense_writer : nullptr, observer)
+                 : mc::compress_dense_checkpoint(ctx, params, checkpoint, *dense, config_text,
+                                                 calibration ? &*calibration : nullptr, writer, observer);
+    });
+    if (!watcher.failed && report.status == moecomp::status::ok)
+      report_text = write_run_files(staging.path(), dense_writer ? &dense_dir : nullptr, model_dir, report,
+                                    calibration_path, started);
   }
   if (watcher.error) throw *watcher.error;  // KeyboardInterrupt, or what the progress callback raised
-  if (report.status == moecomp::status::numerical_error)
-    throw std::runtime_error(std::string(fn) + ": " + (moe ? "MoE layer " : "FFN ") + report.failed_layer +
-                             ": the compressed layer's output error on the calibration tokens is " +
-                             (std::isnan(report.criterion) ? "nan" : "inf") +
-                             " (numerical failure, status numerical_error), nothing was written");
-  if (report.status != moecomp::status::ok)
-    throw std::runtime_error(std::string(fn) + ": the run stopped (status " + moecomp::to_string(report.status) +
-                             "), nothing was written");
+  throw_unless_ok(fn, report, moe.has_value());
   staging.commit();
   return py::module_::import("json").attr("loads")(report_text);
 }

@@ -76,13 +76,8 @@ template <class T>
 align_result align_rows(const host_context& ctx, const align_params& params,
                         moecomp::detail::type_identity_t<matrix_view<const T>> a,
                         moecomp::detail::type_identity_t<matrix_view<const T>> b, vector_view<index_t> p) {
-  constexpr const char* fn = "align_rows";
   static_assert(moecomp::detail::is_real_v<T>, "align_rows: T must be float or double");
-  detail::check_row_objective(fn, params.objective);
-  detail::check_row_alignment(fn, a.rows(), a.cols(), b.rows(), b.cols(), p.size());
-  moecomp::detail::check_finite(fn, "a", a, ctx.threads());
-  moecomp::detail::check_finite(fn, "b", b, ctx.threads());
-  return detail::align_rows_host<T>(ctx, params.objective, a, b, p);
+  return detail::checked_align_rows<T>(ctx, params.objective, a, b, p);
 }
 
 /// p[i] = the neuron (column) of b matched to neuron i of a, maximising the sum of Pearson correlations over the
@@ -148,28 +143,21 @@ align_result align_experts(const host_context& ctx, const align_params& params, 
     return align_activations<A>(ctx, hav, hbv, p);
   }
   const index_t f = design_width(reference);
-  if constexpr (std::is_same_v<W, bfloat16>) {
-    if (ctx.matmul == matmul_precision::bf16) {
-      // The design rows stay bfloat16 (their values are the weights', exactly) and the cost's cross term comes
-      // from bfloat16 dot products: the products are the float path's, only the order of the float sums differs.
-      moecomp::detail::host_workspace<bfloat16> da(ctx, static_cast<std::size_t>(d_ff * f));
-      moecomp::detail::host_workspace<bfloat16> db(ctx, static_cast<std::size_t>(d_ff * f));
-      const matrix_view<bfloat16> dav(da.data(), d_ff, f, f), dbv(db.data(), d_ff, f, f);
-      detail::fill_design<W, bfloat16>(ctx, reference, dav);
-      detail::fill_design<W, bfloat16>(ctx, expert, dbv);
-      // The checks and messages of align_rows, which the float path calls.
-      detail::check_row_objective("align_rows", params.objective);
-      moecomp::detail::check_finite("align_rows", "a", matrix_view<const bfloat16>(dav), ctx.threads());
-      moecomp::detail::check_finite("align_rows", "b", matrix_view<const bfloat16>(dbv), ctx.threads());
-      return detail::align_rows_host<bfloat16>(ctx, params.objective, dav, dbv, p);
-    }
-  }
-  moecomp::detail::host_workspace<A> da(ctx, static_cast<std::size_t>(d_ff * f));
-  moecomp::detail::host_workspace<A> db(ctx, static_cast<std::size_t>(d_ff * f));
-  const matrix_view<A> dav(da.data(), d_ff, f, f), dbv(db.data(), d_ff, f, f);
-  design_matrix<W>(ctx, reference, dav);
-  design_matrix<W>(ctx, expert, dbv);
-  return align_rows<A>(ctx, params, dav, dbv, p);
+  // The design rows in D, then align_rows' checks and solve. D is the accumulator type, or bfloat16 for bfloat16
+  // experts under matmul_precision::bf16: the rows are then the weights as stored, and the cost's cross term
+  // comes from bfloat16 dot products (the products are the float path's; only the order of the float sums differs).
+  const auto align_designs = [&](auto design_type) {
+    using D = typename decltype(design_type)::type;
+    moecomp::detail::host_workspace<D> da(ctx, static_cast<std::size_t>(d_ff * f));
+    moecomp::detail::host_workspace<D> db(ctx, static_cast<std::size_t>(d_ff * f));
+    const matrix_view<D> dav(da.data(), d_ff, f, f), dbv(db.data(), d_ff, f, f);
+    detail::fill_design<W, D>(ctx, reference, dav);
+    detail::fill_design<W, D>(ctx, expert, dbv);
+    return detail::checked_align_rows<D>(ctx, params.objective, dav, dbv, p);
+  };
+  if constexpr (std::is_same_v<W, bfloat16>)
+    if (ctx.matmul == matmul_precision::bf16) return align_designs(moecomp::detail::type_identity<bfloat16>{});
+  return align_designs(moecomp::detail::type_identity<A>{});
 }
 
 /// Row e of permutations (E x d_ff) = align_experts(stack.expert(reference), stack.expert(e)); the reference's

@@ -3,10 +3,12 @@
 // and correlations, each from the shared Gram tiles) and the exact assignment.
 #include <moecomp/core/detail/internal_header.hpp>
 #include <moecomp/align/align_types.hpp>
+#include <moecomp/align/detail/align_checks.hpp>
 #include <moecomp/align/detail/align_rules.hpp>
 #include <moecomp/core/context.hpp>
 #include <moecomp/core/numeric_types.hpp>
 #include <moecomp/core/views.hpp>
+#include <moecomp/core/detail/checks.hpp>
 #include <moecomp/core/detail/correlation.hpp>
 #include <moecomp/core/detail/gram_tiles.hpp>
 #include <moecomp/core/detail/parallel.hpp>
@@ -120,6 +122,19 @@ align_result align_rows_host(const host_context& ctx, align_objective objective,
   for (index_t i = 0; i < n; ++i)
     out.cost += maximize ? moecomp::detail::dot(a.row_ptr(i), b.row_ptr(p[i]), f) : moecomp::detail::squared_distance(a.row_ptr(i), b.row_ptr(p[i]), f);
   return out;
+}
+
+/// align_rows: its checks (messages named "align_rows", whoever calls), then align_rows_host. T: float, double, or
+/// bfloat16 (align_experts' design rows under matmul_precision::bf16).
+template <class T>
+align_result checked_align_rows(const host_context& ctx, align_objective objective, matrix_view<const T> a,
+                                matrix_view<const T> b, vector_view<index_t> p) {
+  constexpr const char* fn = "align_rows";
+  check_row_objective(fn, objective);
+  check_row_alignment(fn, a.rows(), a.cols(), b.rows(), b.cols(), p.size());
+  moecomp::detail::check_finite(fn, "a", a, ctx.threads());
+  moecomp::detail::check_finite(fn, "b", b, ctx.threads());
+  return align_rows_host<T>(ctx, objective, a, b, p);
 }
 
 /// The columns of a (tokens x n) and b (tokens x m) centred and scaled to unit norm, stored as rows (n x tokens

@@ -331,7 +331,7 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
                            io::safetensors_dtype expert_dtype, const step_timer& timed,
                            layer_report& report, const std::vector<std::vector<std::int64_t>>& global_kept,
                            const std::vector<std::vector<double>>& global_scores, const compress_observer& observer,
-                           checkpoint_report& result, std::set<std::string>& written,
+                           checkpoint_report& result,
                            io::safetensors_sharded_writer& writer, io::safetensors_sharded_writer* dense_writer,
                            std::chrono::steady_clock::time_point t0) {
   const index_t E = m.num_experts;
@@ -400,7 +400,6 @@ bool compress_loaded_layer(const host_context& ctx, const compress_params& param
   for (const std::string& n : names.tensor_names()) {
     const auto bytes = static_cast<double>(tensor_bytes(checkpoint, n));
     layer_before += bytes;
-    written.insert(n);
     if (is_expert(n)) continue;  // replaced, dropped, or (resmoe) stored as base plus residuals
     const bool replaced = std::any_of(tensors.begin(), tensors.end(), [&](const owned_tensor& t) { return t.name == n; });
     if (!replaced || resmoe) {
@@ -498,7 +497,6 @@ inline checkpoint_report compress_layers_host(const host_context& ctx, const com
                                               const compress_observer& observer) {
   const index_t L = static_cast<index_t>(m.layers.size());
   checkpoint_report result = report_frame(ctx, params, m);
-  std::set<std::string> written;
   // Global pruning (HC-SMoE's F-prune and S-prune): every layer's scores first, then the kept experts of each.
   // Each part computes every layer's scores, so that every part allocates the same experts.
   std::vector<std::vector<double>> global_scores;
@@ -540,7 +538,7 @@ inline checkpoint_report compress_layers_host(const host_context& ctx, const com
       report.steps_seconds.emplace_back("loading",
                                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       return compress_loaded_layer(ctx, params, checkpoint, m, names, i, loaded, x, expert_dtype, timed, report,
-                                   global_kept, global_scores, observer, result, written, writer, dense_writer, t0);
+                                   global_kept, global_scores, observer, result, writer, dense_writer, t0);
     };
     const bool stop = resident ? compress_as(moecomp::detail::type_identity<bfloat16>{})
                                : compress_as(moecomp::detail::type_identity<float>{});
